@@ -1,0 +1,24 @@
+# Two entry points: `make demo` (the main job) and `make test` (the suite; CI runs it via .ci/run).
+# Each creates .venv on first use and installs the package with the pinned working set.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/vitscratch list
+	@echo
+	$(BIN)/vitscratch summary scratch_vit_b16 --num-classes 5
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info

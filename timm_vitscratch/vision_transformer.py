@@ -1,18 +1,28 @@
 """The Vision Transformer (ViT, DeiT distilled, ImageNet-21k "has_logits") with timm's model hooks."""
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .layers import Block, PatchEmbed, check_attn_impl, sincos_2d_pos_embed, trunc_normal_init
+from .layers import (
+    Block, PatchEmbed, check_attn_impl, init_layer_tensor, normal_init_, sincos_2d_pos_embed, trunc_normal_init,
+)
 
 GLOBAL_POOLS = ("token", "avg", "")
 POS_EMBEDS = ("learn", "sincos")
+#: Tensors the model holds itself rather than through a submodule (initialised by the model).
+OWN_TENSORS = ("pos_embed", "cls_token", "dist_token")
+
+
+def _default_device() -> torch.device:
+    """The device factory functions use now (honours ``with torch.device(...)``)."""
+    return torch.empty(0).device
 
 
 def _take_indices(num_blocks: int, indices: Optional[Union[int, List[int]]]) -> Tuple[List[int], int]:
@@ -131,12 +141,76 @@ class VisionTransformer(nn.Module):
 
     def init_weights(self) -> None:
         """Truncated-normal init of tokens and linear layers, as timm's ViT does."""
-        if isinstance(self.pos_embed, nn.Parameter):
-            nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.normal_(self.cls_token, std=1e-6)
-        if self.dist_token is not None:
-            nn.init.trunc_normal_(self.dist_token, std=0.02)
+        for name in OWN_TENSORS:
+            if getattr(self, name) is not None:
+                self._init_own_tensor(name)
         self.apply(trunc_normal_init)
+
+    def _init_own_tensor(self, name: str) -> None:
+        """Init (or, for the fixed sincos table, recompute) one tensor the model holds itself."""
+        tensor = getattr(self, name)
+        with torch.no_grad():
+            if name == "pos_embed" and not isinstance(tensor, nn.Parameter):
+                # computed on the CPU in float64 (tiny), then copied to wherever the buffer lives
+                table = sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, self.num_prefix_tokens,
+                                            device=torch.device("cpu"))
+                tensor.copy_(table)
+            elif name == "cls_token":
+                tensor.normal_(0.0, 1e-6)
+            else:  # learned pos_embed, dist_token
+                normal_init_(tensor, std=0.02)
+
+    # --- construction without storage (fast cold start) --------------------------------------
+    def has_meta_tensors(self) -> bool:
+        """True while any parameter or buffer is still on the ``meta`` device (holds no data)."""
+        return any(t.is_meta for t in itertools.chain(self.parameters(), self.buffers()))
+
+    def materialize(self, device: Union[str, torch.device, None] = None) -> List[str]:
+        """Give every tensor still on ``meta`` storage on ``device`` and initialise it; return their names.
+
+        Tensors that already hold data are left untouched, so after a partial load (a new head,
+        an adapted stem) only what the checkpoint did not provide is initialised. The fixed
+        sincos position table is recomputed.
+        """
+        device = torch.device(device) if device is not None else _default_device()
+        done = []
+        for module_name, module in self.named_modules():
+            for name, tensor in itertools.chain(module.named_parameters(recurse=False),
+                                                module.named_buffers(recurse=False)):
+                if not tensor.is_meta:
+                    continue
+                fresh = torch.empty_like(tensor, device=device)
+                if isinstance(tensor, nn.Parameter):
+                    fresh = nn.Parameter(fresh, requires_grad=tensor.requires_grad)
+                setattr(module, name, fresh)
+                if module is self:
+                    self._init_own_tensor(name)
+                else:
+                    init_layer_tensor(module, name, fresh)
+                done.append(f"{module_name}.{name}" if module_name else name)
+        return done
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``; a model built on ``meta`` takes the tensors instead of copying.
+
+        Copying into ``meta`` would load nothing, so such a model loads by assignment (tensors in
+        the checkpoint's dtype are cast to the model's), then initialises whatever the checkpoint
+        did not hold (``materialize``). With safetensors' memory-mapped tensors this loads without
+        a copy; pages are read when first used.
+        """
+        if not self.has_meta_tensors():
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        own = dict(itertools.chain(self.named_parameters(), self.named_buffers()))
+        cast = {}
+        for key, value in state_dict.items():
+            target = own.get(key)
+            if target is not None and value.is_floating_point() and value.dtype != target.dtype:
+                value = value.to(target.dtype)
+            cast[key] = value
+        result = super().load_state_dict(cast, strict=strict, assign=True)
+        loaded = next((t.device for t in itertools.chain(self.parameters(), self.buffers()) if not t.is_meta), None)
+        self.materialize(loaded)
+        return result
 
     # --- timm hooks ---------------------------------------------------------------------------
     @torch.jit.ignore
@@ -285,6 +359,25 @@ class VisionTransformer(nn.Module):
         if prune_head:
             self.reset_classifier(0, "" if not self.distilled else None)
         return take_indices
+
+
+def empty_model(**kwargs: Any) -> VisionTransformer:
+    """A ``VisionTransformer`` whose tensors hold no storage, for ``load_state_dict`` to assign into."""
+    with torch.device("meta"):
+        return VisionTransformer(**kwargs)
+
+
+def initialised_model(**kwargs: Any) -> VisionTransformer:
+    """A ``VisionTransformer`` on the current default device, initialised once.
+
+    Built on ``meta`` and then materialised, so the layers' default init (which ``init_weights``
+    overwrites anyway) never runs. Under ``with torch.device("meta")`` the model stays on meta.
+    """
+    device = _default_device()
+    model = empty_model(**kwargs)
+    if device.type != "meta":
+        model.materialize(device)
+    return model
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTransformer) -> Dict[str, torch.Tensor]:

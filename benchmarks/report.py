@@ -106,11 +106,11 @@ def memory_record(variant: str, batch: int, results: Dict[str, Dict[str, Any]], 
 
 def one_line(record: Dict[str, Any]) -> str:
     values = ", ".join(f"{k} {v:.4g}" for k, v in record["median"].items())
-    ratios = ", ".join(f"/{k} {v:.3f}" for k, v in record["ratio"].items())
+    ratios = ", ".join(f"{_base(list(record['median']))}/{k} {v:.3f}" for k, v in record["ratio"].items())
     extra = ""
     if "fraction_of_matmul" in record:
         extra = f" | matmul {record['matmul_gflops']:.1f} GFLOP/s, ours at {record['fraction_of_matmul'].get('ours', 0):.0%}"
-    return f"{record['kind']} {record['variant']} {record.get('batch', '')}: {values} {record['unit']} | ours{ratios}{extra}"
+    return f"{record['kind']} {record['variant']} {record.get('batch', '')}: {values} {record['unit']} | {ratios}{extra}"
 
 
 def load_average() -> Optional[List[float]]:
@@ -167,7 +167,9 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
         unit = record["unit"]
         cells = [_format(record["median"][n], unit) if n in record["median"] else "—"
                  for n in ("ours", "timm", "torchvision")]
-        ratios = [f"{record['ratio'][n]:.3f}" if n in record["ratio"] else "—" for n in ("timm", "torchvision")]
+        ours_based = _base(list(record["median"])) == "ours"
+        ratios = [f"{record['ratio'][n]:.3f}" if ours_based and n in record["ratio"] else "—"
+                  for n in ("timm", "torchvision")]
         lines.append(f"| {TITLES.get(record['kind'], record['kind'])} | {record['variant']} | {record.get('batch', '—')} | "
                      + " | ".join(cells + ratios) + " |")
     extras = _extras(records)
@@ -181,8 +183,11 @@ def _extras(records: List[Dict[str, Any]]) -> List[str]:
         where = f"{record['kind']} {record['variant']}" + (f" batch {record['batch']}" if "batch" in record else "")
         others = {k: v for k, v in record["median"].items() if k not in ("ours", "timm", "torchvision")}
         if others:
-            lines.append(f"- {where}: " + ", ".join(f"{k} {_format(v, record['unit'])} {record['unit']} "
-                                                    f"(ours/{k} {record['ratio'][k]:.3f})" for k, v in others.items()))
+            base = _base(list(record["median"]))
+            lines.append(f"- {where}: " + ", ".join(
+                f"{k} {_format(v, record['unit'])} {record['unit']}"
+                + (f" ({base}/{k} {record['ratio'][k]:.3f})" if k in record["ratio"] else "")
+                for k, v in others.items()))
         if "fraction_of_matmul" in record:
             fractions = ", ".join(f"{k} {v:.0%}" for k, v in record["fraction_of_matmul"].items())
             lines.append(f"- {where}: fp32 matmul ceiling {record['matmul_gflops']:.1f} GFLOP/s "

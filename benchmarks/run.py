@@ -37,6 +37,11 @@ MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained"
 HERE = Path(__file__).resolve().parent
 
 
+def _usable_cores() -> int:
+    """Cores this process may run on (the affinity mask, where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -59,7 +64,7 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-time", type=float, default=0.5,
                         help="seconds one throughput sample lasts at least (quick calls are repeated)")
     parser.add_argument("--matmul-size", type=int, default=4096, help="n of the n x n fp32 matmul ceiling")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=_usable_cores(), help="torch CPU threads (default: all cores)")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (or 'cuda:N')")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="directory for the results")
     parser.add_argument("--name", default=None, help="file name stem of the results (default: the device type)")

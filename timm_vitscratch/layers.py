@@ -99,9 +99,13 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def _split_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv projection -> q, k, v of shape (B, heads, N, head_dim), as views of one tensor."""
         batch, tokens, _ = x.shape
-        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return qkv.unbind(0)
+        # split on the q/k/v axis of (B, N, 3, heads, head_dim) and only then move heads forward:
+        # backward stacks the three gradients straight into the projection's layout (one copy
+        # where splitting a (3, B, heads, N, head_dim) permutation needs a stack and a reshape copy)
+        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
@@ -242,8 +246,11 @@ def init_layer_tensor(module: nn.Module, name: str, tensor: torch.Tensor) -> Non
     """timm-style init of one ``weight``/``bias`` of a Linear, Conv2d or LayerNorm.
 
     Linear: N(0, .02) weights; patch Conv2d: lecun normal over the flattened patch (as a linear
-    layer over patch pixels); LayerNorm: ones; every bias: zeros.
+    layer over patch pixels); LayerNorm: ones; every bias: zeros. A ``meta`` tensor holds no data
+    and is skipped (``VisionTransformer.materialize`` initialises it once it has storage).
     """
+    if tensor.is_meta:
+        return
     with torch.no_grad():
         if name == "bias":
             tensor.zero_()

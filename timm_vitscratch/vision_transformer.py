@@ -149,6 +149,8 @@ class VisionTransformer(nn.Module):
     def _init_own_tensor(self, name: str) -> None:
         """Init (or, for the fixed sincos table, recompute) one tensor the model holds itself."""
         tensor = getattr(self, name)
+        if tensor.is_meta:  # no data to fill: materialize() calls this again once it has storage
+            return
         with torch.no_grad():
             if name == "pos_embed" and not isinstance(tensor, nn.Parameter):
                 # computed on the CPU in float64 (tiny), then copied to wherever the buffer lives

@@ -149,6 +149,18 @@ def _format(value: float, unit: str) -> str:
     return f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
 
 
+def best_ratios(record: Dict[str, Any]) -> Dict[str, float]:
+    """ours/peer from each model's fastest round (background load only ever adds time)."""
+    samples = record.get("samples_seconds")
+    base = _base(list(record["median"]))
+    if not samples or base not in samples:
+        return {}
+    fastest = {name: min(times) for name, times in samples.items()}
+    if record["better"] == "higher":  # throughput: peer time / our time
+        return {peer: fastest[peer] / fastest[base] for peer in record["ratio"]}
+    return {peer: fastest[base] / fastest[peer] for peer in record["ratio"]}
+
+
 def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
     load = machine.get("load_average_start")
     lines = [
@@ -157,19 +169,22 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
         f"timm {machine['timm']}, torchvision {machine['torchvision']}; {machine['date']}"
         + (f"; load average at start {load[0]:.1f}" if load else ""),
         "",
-        "Ratios are ours/peer, the median of per-round ratios (rounds interleave the models). "
-        "Throughput: > 1 means ours is faster. Time and memory: < 1 means ours is quicker / smaller.",
+        "Values are medians over interleaved rounds. Ratios are ours/peer: the median of per-round "
+        "ratios, and (best) the ratio of each model's fastest round, which background load disturbs "
+        "least. Throughput: > 1 means ours is faster. Time and memory: < 1 means ours is quicker / smaller.",
         "",
-        "| measurement | variant | batch | ours | timm | torchvision | ours/timm | ours/torchvision |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| measurement | variant | batch | ours | timm | torchvision | ours/timm | ours/torchvision "
+        "| ours/timm (best) | ours/torchvision (best) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for record in records:
         unit = record["unit"]
         cells = [_format(record["median"][n], unit) if n in record["median"] else "—"
                  for n in ("ours", "timm", "torchvision")]
         ours_based = _base(list(record["median"])) == "ours"
-        ratios = [f"{record['ratio'][n]:.3f}" if ours_based and n in record["ratio"] else "—"
-                  for n in ("timm", "torchvision")]
+        best = best_ratios(record)
+        ratios = [f"{source[n]:.3f}" if ours_based and n in source else "—"
+                  for source in (record["ratio"], best) for n in ("timm", "torchvision")]
         lines.append(f"| {TITLES.get(record['kind'], record['kind'])} | {record['variant']} | {record.get('batch', '—')} | "
                      + " | ".join(cells + ratios) + " |")
     extras = _extras(records)
@@ -184,9 +199,11 @@ def _extras(records: List[Dict[str, Any]]) -> List[str]:
         others = {k: v for k, v in record["median"].items() if k not in ("ours", "timm", "torchvision")}
         if others:
             base = _base(list(record["median"]))
+            best = best_ratios(record)
             lines.append(f"- {where}: " + ", ".join(
                 f"{k} {_format(v, record['unit'])} {record['unit']}"
-                + (f" ({base}/{k} {record['ratio'][k]:.3f})" if k in record["ratio"] else "")
+                + (f" ({base}/{k} {record['ratio'][k]:.3f}, best {best[k]:.3f})" if k in best else
+                   f" ({base}/{k} {record['ratio'][k]:.3f})" if k in record["ratio"] else "")
                 for k, v in others.items()))
         if "fraction_of_matmul" in record:
             fractions = ", ".join(f"{k} {v:.0%}" for k, v in record["fraction_of_matmul"].items())
@@ -240,6 +257,15 @@ def plot(path: Path, machine: Dict[str, Any], records: List[Dict[str, Any]]) -> 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def render(json_path: Path) -> List[Path]:
+    """Rewrite the Markdown and the plot of an existing results JSON (same stem, same directory)."""
+    data = json.loads(Path(json_path).read_text())
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown(data["machine"], data["records"]))
+    png = plot(json_path.with_suffix(".png"), data["machine"], data["records"])
+    return [md_path] + ([png] if png else [])
 
 
 def write(out: Path, name: str, machine: Dict[str, Any], args: Dict[str, Any],

@@ -72,8 +72,11 @@ class PatchEmbed(nn.Module):
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv projection.
 
-    ``attn_impl='sdpa'`` runs ``F.scaled_dot_product_attention``; ``'eager'`` materialises
-    the attention matrix (needed to read attention maps). Both compute the same function.
+    ``attn_impl='sdpa'`` (the default, for inference and training alike) runs
+    ``F.scaled_dot_product_attention``; ``'eager'`` materialises the attention matrix (needed to
+    read attention maps). Both compute the same function. SDPA is the default because it measured
+    faster in both modes on CPU (benchmarks/results/attention_cpu.md); override per model with
+    ``attn_impl='eager'`` or ``model.set_attn_impl('eager')``.
     """
 
     def __init__(

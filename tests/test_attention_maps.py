@@ -123,11 +123,11 @@ def _run(args):
                           capture_output=True, text=True)
 
 
-def test_unknown_model_name_lists_close_matches(tmp_path, image_path):
+def test_unknown_model_name_lists_close_matches(tmp_path, image_path, capsys):
     out = tmp_path / "out.png"
-    result = _run([str(image_path), "--model", "scratch_vit_ti61", "--out", str(out)])
-    assert result.returncode == 2
-    assert "unknown model 'scratch_vit_ti61'" in result.stderr and "scratch_vit_ti16" in result.stderr
+    assert main(["attention", str(image_path), "--model", "scratch_vit_ti61", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'scratch_vit_ti61'; did you mean" in err and "scratch_vit_ti16" in err
     assert not out.exists() and list(tmp_path.glob(".out.png.*")) == []
 
 

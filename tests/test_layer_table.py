@@ -48,4 +48,6 @@ def test_rows_sum_to_design_leaf_count_and_hidden_fill_the_gap(name, leaf_count)
     assert leaf_count + sum(hidden_parameters(model).values()) == true_param_count(model)
     shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in hidden_parameters(model)}
     text = render_layer_table(rows, shapes)
-    assert "pos_embed" in text and "Conv2d-1" in text and f"{rows[-1].params:,}" in text
+    assert f"Params in layers (torchsummary's \"Total params\"): {leaf_count:,}" in text
+    assert f"Total params (true count): {true_param_count(model):,}" in text
+    assert "pos_embed" in text and "Conv2d-1" in text

@@ -9,6 +9,7 @@ import torchvision
 from timm_vitscratch.cli import main
 from timm_vitscratch.counting import block_part_formulas, torchvision_reference
 from timm_vitscratch.report import build_report
+from timm_vitscratch.summary import count_summary
 from timm_vitscratch.variants import ARCHITECTURES
 
 # The literal count table of DESIGN.md ("Variants and the counts that prove them").
@@ -134,6 +135,12 @@ def test_cli_text_and_json_agree(capsys):
     for text_piece in ("12h²+13h", "MLP vs attention", "GFLOPs", "20 bytes/param", "activations for batch 1"):
         assert text_piece in text
     assert "layers" not in report
+
+
+def test_count_summary_keeps_the_counts_and_tally():
+    text = count_summary("scratch_vit_b32", num_classes=5)
+    for value in (87_419_909, 87_419_909 + 50 * 768 + 768, 12 * (12 * 768 ** 2 + 13 * 768)):
+        assert f"{value:,}" in text
 
 
 def test_cli_layers_and_bad_options(capsys):

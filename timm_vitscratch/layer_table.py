@@ -77,13 +77,16 @@ def render_layer_table(rows: List[LayerRow], hidden: Dict[str, Sequence[int]]) -
              "=" * RULE_WIDTH]
     for row in rows:
         lines.append(f"{row.layer:>22}  {row.module:<30} {str(row.output_shape):>25} {row.params:>15,}")
+    in_layers = sum(row.params for row in rows)
+    lines += ["=" * RULE_WIDTH, f"Params in layers (torchsummary's \"Total params\"): {in_layers:,}"]
+    hidden_total = 0
     if hidden:
-        lines.append("-" * RULE_WIDTH)
-        lines.append("  held by the model itself (no layer's weight/bias; torchsummary skips them):")
+        lines.append("Held by the model itself (no layer's weight/bias; torchsummary skips them):")
         for name, shape in hidden.items():
             numel = 1
             for size in shape:
                 numel *= size
+            hidden_total += numel
             lines.append(f"{'Parameter':>22}  {name:<30} {str(list(shape)):>25} {numel:>15,}")
-    lines.append("=" * RULE_WIDTH)
+    lines += [f"Total params (true count): {in_layers + hidden_total:,}", "-" * RULE_WIDTH]
     return "\n".join(lines)

@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import difflib
+import json
 import sys
+from pathlib import Path
 from typing import List, Optional
 
-from .variants import ARCHITECTURES
+from .variants import ARCHITECTURES, unknown_model_message
 
 
 def _model_name(value: str) -> str:
     if value not in ARCHITECTURES:
-        close = difflib.get_close_matches(value, list(ARCHITECTURES), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ARCHITECTURES)}"
-        raise argparse.ArgumentTypeError(f"unknown model {value!r}{hint}")
+        raise argparse.ArgumentTypeError(unknown_model_message(value))
     return value
 
 
@@ -25,9 +24,21 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from .summary import count_summary
+    from .report import build_report
+    from .summary import render_report
 
-    print(count_summary(args.model, num_classes=args.num_classes))
+    report = build_report(args.model, num_classes=args.num_classes, img_size=args.img_size, batch=args.batch,
+                          layers=args.layers)
+    print(json.dumps(report, indent=2) if args.json else render_report(report).rstrip("\n"))
+    return 0
+
+
+def _cmd_attention(args: argparse.Namespace) -> int:
+    from .attention_maps import write_attention_png
+
+    out = args.out or f"{Path(args.image).stem}.attention.png"
+    maps = write_attention_png(args.image, args.model, out, img_size=args.img_size)
+    print(f"wrote {out}: {len(maps.blocks)} blocks, {maps.grid_size[0]}x{maps.grid_size[1]} patch grid")
     return 0
 
 
@@ -42,7 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     p_summary = commands.add_parser("summary", help="parameter counts of one model, explained")
     p_summary.add_argument("model", type=_model_name, help="a registered scratch_* model name")
     p_summary.add_argument("--num-classes", type=int, default=None, help="classifier size (default: the cfg's)")
+    p_summary.add_argument("--img-size", type=int, default=None, help="image side in pixels (default: the cfg's)")
+    p_summary.add_argument("--batch", type=int, default=1, help="batch for FLOPs and training activations")
+    p_summary.add_argument("--layers", action="store_true", help="add the per-layer table (torchsummary layout)")
+    p_summary.add_argument("--json", action="store_true", help="print the same report as JSON")
     p_summary.set_defaults(func=_cmd_summary)
+
+    p_attention = commands.add_parser("attention", help="PNG of what the model attends to (CLS attention, rollout)")
+    p_attention.add_argument("image", help="image file Pillow can read")
+    p_attention.add_argument("--model", required=True, help="registered scratch_* name (random weights) or a "
+                             "model directory (config.json + model.safetensors)")
+    p_attention.add_argument("--out", default=None, help="PNG to write (default: IMAGE_STEM.attention.png here)")
+    p_attention.add_argument("--img-size", type=int, default=None, help="image side in pixels (default: the model's)")
+    p_attention.set_defaults(func=_cmd_attention)
     return parser
 
 
@@ -50,7 +73,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         print(f"vitscratch: error: {err}", file=sys.stderr)
         return 2
 

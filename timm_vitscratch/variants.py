@@ -1,6 +1,7 @@
 """The zoo: architecture table, pretrained cfgs and timm ``@register_model`` entry points."""
 from __future__ import annotations
 
+import difflib
 from typing import Any, Dict
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
@@ -33,6 +34,13 @@ ARCHITECTURES: Dict[str, Dict[str, Any]] = {
     "scratch_deit_s16_distilled": dict(patch_size=16, distilled=True, **_S),
     "scratch_deit_b16_distilled": dict(patch_size=16, distilled=True, **_B),
 }
+
+
+def unknown_model_message(name: str) -> str:
+    """Error text for a name that is not registered, with the closest registered names."""
+    close = difflib.get_close_matches(name, list(ARCHITECTURES), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ARCHITECTURES)}"
+    return f"unknown model {name!r}{hint}"
 
 
 def _vit_cfg(**kwargs: Any) -> Dict[str, Any]:

@@ -31,6 +31,8 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
+            # mkstemp creates 0600; give the result the permissions a plain open() would have
+            os.fchmod(handle.fileno(), 0o666 & ~_current_umask())
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
         _fsync_directory(directory)
@@ -38,6 +40,12 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def remove_stale_temporaries(path: PathLike) -> None:

@@ -19,7 +19,7 @@ from .faults import Fault, HttpErrorFault
 from .server import HubRequestHandler, _Server
 from .store import RepoStore
 
-__all__ = ["Fault", "HttpErrorFault", "LocalHub", "RepoStore"]
+__all__ = ["Fault", "HttpErrorFault", "LocalHub", "RepoStore", "serve"]
 
 
 class LocalHub:
@@ -89,8 +89,31 @@ class LocalHub:
 
     def client_env(self, hf_home: os.PathLike, token: Optional[str] = None) -> Dict[str, str]:
         """Environment for a ``huggingface_hub`` client of this server, with its cache under ``hf_home``."""
-        env = {"HF_ENDPOINT": self.url, "HF_HOME": str(hf_home), "HF_HUB_CACHE": str(Path(hf_home) / "hub"),
+        return self.client_env_for(self.url, hf_home, token)
+
+    @staticmethod
+    def client_env_for(endpoint: str, hf_home: os.PathLike, token: Optional[str] = None) -> Dict[str, str]:
+        env = {"HF_ENDPOINT": endpoint, "HF_HOME": str(hf_home), "HF_HUB_CACHE": str(Path(hf_home) / "hub"),
                "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         if token is not None:
             env["HF_TOKEN"] = token
         return env
+
+
+def serve(root: Optional[os.PathLike] = None, port: int = 0, token: Optional[str] = None) -> None:
+    """Run a local Hub in the foreground until Ctrl-C (``vitscratch local-hub``)."""
+    import time
+
+    hub = LocalHub(root, token=token, port=port).start()
+    where = str(hub.root) if root is not None else f"{hub.root} (temporary, deleted on exit)"
+    exports = f"export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1" + (f" HF_TOKEN={token}" if token else "")
+    print(f"local Hub (a test/demo server, not huggingface.co) storing repos in {where}\n"
+          f"  API      {hub.url}\n  storage  {hub.storage_url}\n"
+          f"point huggingface_hub / timm / vitscratch at it with:\n  {exports}\nCtrl-C stops it.", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        hub.stop()

@@ -80,7 +80,17 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self._send_json(error.status, {"error": error.message}, headers)
 
     def _body_chunks(self) -> Iterator[bytes]:
-        """The request body, with ``Content-Length`` or chunked transfer encoding."""
+        """The request body (once), with ``Content-Length`` or chunked transfer encoding."""
+        if self._body is None:
+            self._body = self._read_body()
+        return self._body
+
+    def _drain(self) -> None:
+        """Read what is left of the request body, so that the connection can carry the next request."""
+        for _ in self._body_chunks():
+            pass
+
+    def _read_body(self) -> Iterator[bytes]:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
@@ -127,14 +137,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     do_HEAD = do_POST = do_PUT = do_GET
 
     def _handle(self) -> None:
-        self._status = 0
+        self._status, self._body = 0, None
         url = urlsplit(self.path)
         hub, origin = self.server.hub, self.server.origin
         try:
             fault = hub.fault_for(origin, self.command, url.path)
             if fault is not None:
+                self._drain()
                 fault.respond(self)
-                self.close_connection = True  # the body of the request may be unread
             else:
                 route = self._route(origin, url.path)
                 if route is None:
@@ -142,15 +152,20 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 handler, args = route
                 handler(*args, query=parse_qs(url.query))
         except HubError as error:
-            self._send_error(error)
-            self.close_connection = self.close_connection or self.command in ("POST", "PUT")
+            self._answer_error(error)
         except (ConnectionError, TimeoutError):
             self.close_connection = True
         except Exception as error:  # a bug here must reach the client as a 500, not a hang
-            self._send_error(HubError(500, f"local Hub error: {type(error).__name__}: {error}"))
-            self.close_connection = True
+            self._answer_error(HubError(500, f"local Hub error: {type(error).__name__}: {error}"))
         finally:
             hub.record(origin, self.command, url.path, self._status)
+
+    def _answer_error(self, error: HubError) -> None:
+        try:
+            self._drain()  # unread request bytes would make the close a reset that loses this answer
+        except (HubError, ValueError):
+            self.close_connection = True
+        self._send_error(error)
 
     def _route(self, origin: str, path: str) -> Optional[Tuple[Callable, List[str]]]:
         parts = [unquote(p) for p in path.split("/")[1:]]

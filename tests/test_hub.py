@@ -1,6 +1,7 @@
 """Push to a local Hub-protocol server, pull back with the real huggingface_hub client and timm."""
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.counting import torchvision_param_count
 from timm_vitscratch.files import sha256_file
+from timm_vitscratch.local_hub import LocalHub
 from timm_vitscratch.variants import HUB_WEIGHTS, register_hub_weights, unregister_hub_weights
 
 from conftest import TINY, tiny
@@ -210,3 +212,23 @@ def test_cli_push_and_pull_use_hf_endpoint_and_hf_token(hub_env, local_hub, tmp_
     assert local_hub.store.repo(repo)["private"]
     assert cli_main(["pull", repo, "--revision", commit, str(tmp_path / "out")]) == 0
     assert sha256_file(tmp_path / "out" / "model.safetensors") == sha256_file(directory / "model.safetensors")
+
+
+def test_offline_after_one_pull_with_the_server_stopped(tmp_path, monkeypatch):
+    model = tiny(num_classes=5)
+    directory = model_dir(tmp_path / "src", model)
+    with LocalHub(tmp_path / "server", token=TOKEN) as server:
+        env = use_hub(monkeypatch, server.url, tmp_path / "hf-home")
+        hub.push(directory, "tests/offline")
+        hub.pull("tests/offline", tmp_path / "first-pull")  # the one pull that fills the cache
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=5).close()
+    x = torch.randn(2, 3, 32, 32)
+    save_file({"x": x}, str(tmp_path / "x.safetensors"))
+    jobs = [dict(id="timm", kind="logits", model="hf-hub:tests/offline", input=str(tmp_path / "x.safetensors"),
+                 output=str(tmp_path / "offline.safetensors")),
+            dict(id="pull", kind="cli", argv=["pull", "tests/offline", str(tmp_path / "offline-pull")])]
+    results = run_client(jobs, tmp_path, {**env, "HF_HUB_OFFLINE": "1"})
+    assert results["timm"].get("ok") and results["pull"] == {"ok": True, "exit_code": 0}
+    assert torch.equal(load_file(str(tmp_path / "offline.safetensors"))["logits"], logits(model, x))
+    assert sha256_file(tmp_path / "offline-pull" / "model.safetensors") == sha256_file(directory / "model.safetensors")

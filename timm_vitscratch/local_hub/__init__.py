@@ -47,7 +47,8 @@ class LocalHub:
 
     def start(self) -> "LocalHub":
         for server in (self._api, self._storage):
-            thread = threading.Thread(target=server.serve_forever, name=f"local-hub-{server.origin}", daemon=True)
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                                      name=f"local-hub-{server.origin}", daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
@@ -101,9 +102,14 @@ class LocalHub:
 
 
 def serve(root: Optional[os.PathLike] = None, port: int = 0, token: Optional[str] = None) -> None:
-    """Run a local Hub in the foreground until Ctrl-C (``vitscratch local-hub``)."""
+    """Run a local Hub in the foreground until Ctrl-C or SIGTERM (``vitscratch local-hub``)."""
+    import signal
     import time
 
+    def stop_on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_term)  # stop cleanly (and remove a temporary root) on kill
     hub = LocalHub(root, token=token, port=port).start()
     where = str(hub.root) if root is not None else f"{hub.root} (temporary, deleted on exit)"
     exports = f"export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1" + (f" HF_TOKEN={token}" if token else "")

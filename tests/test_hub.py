@@ -151,15 +151,22 @@ def test_pull_installs_a_loadable_verified_directory(hub_env, tmp_path, request)
     out = hub.pull(repo, tmp_path / "installed")
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf-home", "installed", "src"]  # no leftovers
+    probe = tmp_path / "probe"
+    probe.mkdir()  # the modes a plain mkdir gives under this umask, not mkdtemp's 0700
+    assert out.stat().st_mode & 0o777 == probe.stat().st_mode & 0o777
+    probe.rmdir()
     loaded = timm.create_model(f"local-dir:{out}", pretrained=True)
     x = torch.randn(1, 3, 32, 32)
     assert torch.equal(logits(loaded, x), logits(model, x))
 
 
-def test_pull_refuses_a_non_empty_directory_unless_forced(hub_env, tmp_path, request):
+def test_pull_into_empty_or_non_empty_directories(hub_env, tmp_path, request):
     repo = repo_for(request)
     hub.push(model_dir(tmp_path / "src", tiny()), repo)
     out = tmp_path / "out"
+    out.mkdir()
+    hub.pull(repo, out)  # an existing empty directory is fine
+    shutil.rmtree(out)
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not empty"):
@@ -168,6 +175,8 @@ def test_pull_refuses_a_non_empty_directory_unless_forced(hub_env, tmp_path, req
     hub.pull(repo, out, force=True)
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf-home", "out", "src"]
+    with pytest.raises(FileNotFoundError, match="parent"):
+        hub.pull(repo, tmp_path / "missing" / "out")
 
 
 def test_register_hub_weights_completes_the_repo_id_and_loads(hub_env, tmp_path):

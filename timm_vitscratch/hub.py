@@ -10,7 +10,6 @@ not what it claims raises :class:`ModelDirectoryError`.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -26,7 +25,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save as save_tensors
 from timm.models import split_model_name_tag
 from timm.models._hub import load_model_config_from_hf
 from torch import nn
@@ -53,15 +52,8 @@ def save_model_directory(model: nn.Module, directory: PathLike, source: Optional
     directory.mkdir(parents=True, exist_ok=True)
     weights = directory / WEIGHTS_NAME
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{WEIGHTS_NAME}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:  # safetensors writes to a path: write beside the target, then rename over it
-        save_file(tensors, tmp)
-        os.replace(tmp, weights)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_write(weights) as handle:  # serialised in memory: this writer is for models already in memory
+        handle.write(save_tensors(tensors))
     write_config(directory, model_config(model, weights_sha256=sha256_file(weights), source=source))
     return directory
 
@@ -211,6 +203,7 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
     snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES)))
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes 0700; OUT_DIR gets what mkdir would give
         for name in REPO_FILES:
             if (snapshot / name).is_file():
                 with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
@@ -221,6 +214,12 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _install(staging: Path, out_dir: Path, occupied: bool) -> None:

@@ -16,6 +16,8 @@ demo: $(STAMP)
 	$(BIN)/vitscratch list
 	@echo
 	$(BIN)/vitscratch summary scratch_vit_b16 --num-classes 5
+	@echo
+	$(BIN)/python -m timm_vitscratch.hub_demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

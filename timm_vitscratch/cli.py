@@ -42,6 +42,51 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hub_failure(error: BaseException, args: argparse.Namespace) -> int:
+    from .hub import describe_hub_error, is_hub_failure
+
+    if not is_hub_failure(error):
+        raise error
+    print(f"vitscratch: error: {describe_hub_error(error, args.repo_id, args.revision)}", file=sys.stderr)
+    return 2
+
+
+def _cmd_push(args: argparse.Namespace) -> int:
+    from .hub import push
+
+    try:
+        info = push(args.source, args.repo_id, revision=args.revision, private=args.private,
+                    commit_message=args.commit_message)
+    except Exception as error:
+        return _hub_failure(error, args)
+    print(f"pushed {args.source} to {args.repo_id}@{args.revision or 'main'}: commit {info.oid}")
+    return 0
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from .hub import pull
+
+    try:
+        out_dir = pull(args.repo_id, args.out_dir, revision=args.revision, force=args.force)
+    except Exception as error:
+        return _hub_failure(error, args)
+    print(f"installed {args.repo_id}@{args.revision or 'main'} into {out_dir} (sha256 verified)")
+    return 0
+
+
+def _cmd_hub_configs(args: argparse.Namespace) -> int:
+    from .hub_configs import main as hub_configs_main
+
+    return hub_configs_main([args.out_dir] + (["--check"] if args.check else []))
+
+
+def _cmd_local_hub(args: argparse.Namespace) -> int:
+    from .local_hub import serve
+
+    serve(args.root, port=args.port, token=args.token)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitscratch", description="From-scratch ViTs for timm.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +111,33 @@ def build_parser() -> argparse.ArgumentParser:
     p_attention.add_argument("--out", default=None, help="PNG to write (default: IMAGE_STEM.attention.png here)")
     p_attention.add_argument("--img-size", type=int, default=None, help="image side in pixels (default: the model's)")
     p_attention.set_defaults(func=_cmd_attention)
+
+    p_push = commands.add_parser("push", help="push a model directory (or a registered model) to the Hub")
+    p_push.add_argument("source", metavar="DIR_OR_MODEL",
+                        help="a model directory (config.json + model.safetensors) or a registered model name[.tag]")
+    p_push.add_argument("repo_id", metavar="REPO_ID", help="namespace/name on the Hub (HF_ENDPOINT, HF_TOKEN)")
+    p_push.add_argument("--revision", default=None, help="branch to commit to, created if missing (default: main)")
+    p_push.add_argument("--private", action="store_true", help="create the repo private")
+    p_push.add_argument("--commit-message", default=None, help="commit message")
+    p_push.set_defaults(func=_cmd_push)
+
+    p_pull = commands.add_parser("pull", help="download a model from the Hub, verify it and install it into OUT_DIR")
+    p_pull.add_argument("repo_id", metavar="REPO_ID", help="namespace/name on the Hub")
+    p_pull.add_argument("--revision", default=None, help="branch or commit id (default: main)")
+    p_pull.add_argument("out_dir", metavar="OUT_DIR", help="directory to create (must be absent or empty)")
+    p_pull.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
+    p_pull.set_defaults(func=_cmd_pull)
+
+    p_configs = commands.add_parser("hub-configs", help="write hub_configs/<model>.json from the registry")
+    p_configs.add_argument("out_dir", metavar="OUT_DIR", nargs="?", default="hub_configs")
+    p_configs.add_argument("--check", action="store_true", help="report out-of-sync files instead of writing")
+    p_configs.set_defaults(func=_cmd_hub_configs)
+
+    p_local = commands.add_parser("local-hub", help="run the local Hub test server (not the Hugging Face Hub)")
+    p_local.add_argument("--root", default=None, help="directory for its repos (default: a temporary one)")
+    p_local.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (default: any free port)")
+    p_local.add_argument("--token", default=None, help="require this token (HF_TOKEN) for writes and private repos")
+    p_local.set_defaults(func=_cmd_local_hub)
     return parser
 
 

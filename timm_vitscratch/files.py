@@ -32,7 +32,7 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
             yield handle
             handle.flush()
             # mkstemp creates 0600; give the result the permissions a plain open() would have
-            os.fchmod(handle.fileno(), 0o666 & ~_current_umask())
+            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
         _fsync_directory(directory)
@@ -42,7 +42,8 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
         raise
 
 
-def _current_umask() -> int:
+def current_umask() -> int:
+    """The process umask (reading it means setting it: put it straight back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -13,9 +13,14 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 PTH_NAME = "timm_vitscratch_autoload.pth"
+# One line, run by `site` at start-up. It reads the opt-out variable itself, so that an opted-out
+# interpreter does not even import the module (timm_vitscratch_autoload.disabled() has the same rule).
 # Editable installs: this name sorts after setuptools' "__editable__.*.pth", whose finder must be in
-# place before the module below can be imported from the source tree.
-PTH_CONTENT = "import timm_vitscratch_autoload; timm_vitscratch_autoload.install()\n"
+# place before the module can be imported from the source tree.
+PTH_CONTENT = (
+    "import os; os.environ.get('TIMM_VITSCRATCH_NO_AUTOLOAD', '') in ('', '0')"
+    " and __import__('timm_vitscratch_autoload').install()\n"
+)
 
 
 class build_py_with_pth(build_py):

@@ -1,15 +1,16 @@
 """Make every process that imports ``timm`` see the ``scratch_*`` models, with no import of ours.
 
 timm has no plugin entry points, so the wheel installs ``timm_vitscratch_autoload.pth`` at the root
-of site-packages (see ``setup.py``). Python runs its one line at start-up, which calls
-:func:`install`. That only puts a :class:`PostImportHook` on ``sys.meta_path``: no torch, no timm,
+of site-packages (see ``setup.py``). Python runs its one line at start-up, which imports this
+module and calls :func:`install` unless the environment opts out. That only puts a :class:`PostImportHook` on ``sys.meta_path``: no torch, no timm,
 nothing imported beyond this module, so start-up stays cheap. When a program first imports
 ``timm``, the hook lets timm's own loader run and, once ``timm/__init__.py`` has finished, imports
 ``timm_vitscratch``, whose ``@register_model`` functions register the models; then it removes itself.
 
 An explicit ``import timm_vitscratch`` is the same module import, so it is idempotent with this path.
 ``TIMM_VITSCRATCH_NO_AUTOLOAD=1`` (any value but empty or ``0``) in the environment of a starting
-interpreter disables the hook; explicit imports still register the models.
+interpreter disables the hook (this module is not even imported); explicit imports still register
+the models.
 
 This module is loaded at every interpreter start-up: keep it free of imports beyond ``os`` and
 ``sys`` (both already loaded by then).
@@ -23,7 +24,7 @@ PLUGIN = "timm_vitscratch"
 
 
 def disabled() -> bool:
-    """Whether the environment opts out of automatic registration."""
+    """Whether the environment opts out (the ``.pth`` line applies the same rule before importing us)."""
     return os.environ.get(DISABLE_ENV, "") not in ("", "0")
 
 

@@ -231,7 +231,8 @@ def test_wheel_carries_the_pth_at_its_root(built_wheel):
         pth = wheel.read(PTH_NAME).decode()
     assert "timm_vitscratch_autoload.py" in names and "timm_vitscratch/variants.py" in names
     assert f"\n{PTH_NAME},sha256=" in f"\n{record}"  # pip uninstall removes it
-    assert pth.startswith("import timm_vitscratch_autoload;")
+    assert pth.startswith("import ") and pth.count("\n") == 1  # one line that `site` executes
+    assert autoload.DISABLE_ENV in pth and "__import__('timm_vitscratch_autoload').install()" in pth
 
 
 BARE_IMPORT = """
@@ -311,15 +312,16 @@ def test_opt_out_hides_models_until_explicit_import(wheel_venv, tmp_path):
     out = run_python(wheel_venv, """
 import json, sys
 hooked = [type(f).__name__ for f in sys.meta_path]
+hook_module_loaded = "timm_vitscratch_autoload" in sys.modules
 import timm
 bare = timm.list_models("scratch_*")
 auto_imported = "timm_vitscratch" in sys.modules
 import timm_vitscratch
-print(json.dumps({"hooked": hooked, "bare": bare, "auto_imported": auto_imported,
+print(json.dumps({"hooked": hooked, "hook_module_loaded": hook_module_loaded, "bare": bare, "auto_imported": auto_imported,
                   "explicit": len(timm.list_models("scratch_*"))}))
 """, tmp_path, **{autoload.DISABLE_ENV: "1"})
     report = json.loads(out)
-    assert "PostImportHook" not in report["hooked"]
+    assert "PostImportHook" not in report["hooked"] and report["hook_module_loaded"] is False
     assert report["bare"] == [] and report["auto_imported"] is False
     assert report["explicit"] == SCRATCH_COUNT
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,17 +39,25 @@ def _output(python: str, code: str, opted_out: bool) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def time_interleaved(python: str, code: str, runs: int) -> Dict[str, List[float]]:
-    """Wall seconds of ``python -c code`` per configuration, the two alternating (ABBA order)."""
-    times: Dict[str, List[float]] = {"armed": [], "opted out": []}
+def time_interleaved(python: str, code: str, runs: int) -> Dict[str, Dict[str, List[float]]]:
+    """Per configuration, wall and CPU (user+sys) seconds of ``python -c code``; configurations alternate.
+
+    CPU time is reported beside wall time because it is far less sensitive to other load on a
+    shared machine.
+    """
+    times = {config: {"wall": [], "cpu": []} for config in ("armed", "opted out")}
     for run in range(runs):
         order = ("armed", "opted out") if run % 2 == 0 else ("opted out", "armed")
         for config in order:
             env = _env(config == "opted out")
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run([python, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            times[config].append(time.perf_counter() - start)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            times[config]["wall"].append(wall)
+            times[config]["cpu"].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return times
 
 
@@ -80,17 +89,20 @@ def plugin_import_ms(python: str, runs: int) -> float:
     return statistics.median(samples)
 
 
-def _row(label: str, times: Dict[str, List[float]]) -> str:
-    armed, off = statistics.median(times["armed"]), statistics.median(times["opted out"])
-    return (f"{label:<28} {armed * 1e3:>10.1f} {off * 1e3:>12.1f} {(armed - off) * 1e3:>+10.1f}"
-            f" {armed / off:>8.3f} {len(times['armed']):>6}")
+def _rows(label: str, times: Dict[str, Dict[str, List[float]]]) -> List[str]:
+    rows = []
+    for kind in ("wall", "cpu"):
+        armed, off = (statistics.median(times[config][kind]) * 1e3 for config in ("armed", "opted out"))
+        rows.append(f"{label if kind == 'wall' else '':<24} {kind:>4} {armed:>10.1f} {off:>10.1f} {armed - off:>+9.1f}"
+                    f" {armed / off:>7.3f} {len(times['armed'][kind]):>5}")
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter with timm_vitscratch installed")
     parser.add_argument("--runs", type=int, default=40, help="runs of `python -c pass` per configuration")
-    parser.add_argument("--import-runs", type=int, default=10, help="runs of `import timm` per configuration")
+    parser.add_argument("--import-runs", type=int, default=10, help="runs of `import timm` per configuration (0: skip)")
     args = parser.parse_args(argv)
 
     if _output(args.python, CHECK_ARMED, False) != "True" or _output(args.python, CHECK_ARMED, True) != "False":
@@ -98,17 +110,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = {config: _output(args.python, CHECK_MODELS, config == "opted out") for config in ("armed", "opted out")}
 
     pass_times = time_interleaved(args.python, "pass", args.runs)
-    import_times = time_interleaved(args.python, "import timm", args.import_runs)
     module_us = hook_module_import_us(args.python, args.runs)
-    plugin_ms = plugin_import_ms(args.python, args.import_runs)
+    if args.import_runs:
+        import_times = time_interleaved(args.python, "import timm", args.import_runs)
+        plugin_ms = plugin_import_ms(args.python, args.import_runs)
 
     print(f"interpreter: {args.python}  (scratch_* models after `import timm`: armed {models['armed']},"
           f" opted out {models['opted out']})")
-    print(f"{'median wall time, ms':<28} {'armed':>10} {'opted out':>12} {'diff':>10} {'ratio':>8} {'runs':>6}")
-    print(_row("python -c pass", pass_times))
-    print(_row('python -c "import timm"', import_times))
+    print(f"{'median, ms':<29} {'armed':>10} {'opted out':>10} {'diff':>9} {'ratio':>7} {'runs':>5}")
+    print("\n".join(_rows("python -c pass", pass_times)))
+    if args.import_runs:
+        print("\n".join(_rows('python -c "import timm"', import_times)))
     print(f"timm_vitscratch_autoload import at start-up (-X importtime, median): {module_us:.0f} µs")
-    print(f"timm_vitscratch import inside an armed `import timm` (-X importtime, median): {plugin_ms:.1f} ms")
+    if args.import_runs:
+        print(f"timm_vitscratch import inside an armed `import timm` (-X importtime, median): {plugin_ms:.1f} ms")
     return 0
 
 

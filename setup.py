@@ -33,7 +33,8 @@ class build_py_with_pth(build_py):
             Path(self.build_lib, PTH_NAME).write_text(PTH_CONTENT, encoding="utf-8")
 
     def get_outputs(self, include_bytecode: bool = True) -> list:
-        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib, PTH_NAME))]
+        outputs = super().get_outputs(include_bytecode)
+        return outputs if self.editable_mode else [*outputs, str(Path(self.build_lib, PTH_NAME))]
 
 
 class _StrategyWithPth:

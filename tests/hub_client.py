@@ -1,8 +1,9 @@
 """A fresh client process for the Hub tests: ``python hub_client.py JOBS.json``.
 
 Runs the jobs in order with the real timm and huggingface_hub, configured only by the environment
-(HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE, ...). The plugin is imported at the first job that needs it,
-so earlier jobs run with stock timm. Writes ``results.json`` beside JOBS.json: per job id either
+(HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE, ...). With the plugin installed, ``import timm`` registers it
+(zero-import autoload); with ``TIMM_VITSCRATCH_NO_AUTOLOAD=1`` it is imported only at the first job
+that needs it, so earlier jobs run with stock timm. Writes ``results.json`` beside JOBS.json: per job id either
 ``{"ok": true, ...}`` or ``{"error": "<type>: <message>"}``.
 
 Jobs: ``{"id", "kind": "logits", "model", "kwargs", "input", "output", "plugin"}`` saves

@@ -54,6 +54,11 @@ def fresh_process(local_hub, tmp_path_factory):
             job.update(input=str(work / "x.safetensors"), output=str(work / f"{job['id']}.safetensors"))
     expected = {name: logits(model, x) for name, model in models.items()}
     results = run_client(jobs, work, env)
+    # the same stock job once more in a process where timm never sees the plugin (autoload opted out)
+    stock_only = work / "stock-only"
+    stock_only.mkdir()
+    stock_job = dict(jobs[0], id="stock_without_plugin", output=str(work / "stock_without_plugin.safetensors"))
+    results.update(run_client([stock_job], stock_only, {**env, "TIMM_VITSCRATCH_NO_AUTOLOAD": "1"}))
     return dict(work=work, models=models, expected=expected, results=results, commits=commits)
 
 
@@ -82,8 +87,12 @@ def test_other_num_classes_reinitialises_only_the_head(fresh_process):
 
 
 def test_stock_timm_model_on_the_same_server_loads_with_stock_timm(fresh_process):
+    # with the plugin registered (timm imports it automatically) and with stock timm alone
     tensors, result = _loaded(fresh_process, "stock")
-    assert not result["plugin_imported"]  # loaded before timm_vitscratch was imported
+    assert result["plugin_imported"]
+    assert torch.equal(tensors["logits"], fresh_process["expected"]["stock"])
+    tensors, result = _loaded(fresh_process, "stock_without_plugin")
+    assert not result["plugin_imported"]
     assert torch.equal(tensors["logits"], fresh_process["expected"]["stock"])
 
 

@@ -50,6 +50,7 @@ class VisionTransformer(nn.Module):
     ``set_distilled_training()``, which timm's ``TokenDistillationTask`` calls): then the training
     forward returns ``(head, head_dist)``; eval always returns the mean. ``attn_impl`` picks SDPA
     or the eager attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
+    ``device`` / ``dtype`` are timm's factory arguments: where the parameters end up.
     """
 
     def __init__(
@@ -74,6 +75,8 @@ class VisionTransformer(nn.Module):
         pos_embed: str = "learn",
         attn_impl: str = "sdpa",
         norm_eps: float = 1e-6,
+        device: Optional[Union[str, torch.device]] = None,
+        dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
         if num_classes < 0:
@@ -134,6 +137,11 @@ class VisionTransformer(nn.Module):
         self.head = self._make_head(num_classes)
         self.head_dist = self._make_head(num_classes) if distilled else None
         self.init_weights()
+        if device is not None or dtype is not None:
+            # timm's factory arguments (its distillation teacher passes device=): built and
+            # initialised in float32 on the default device, then moved; to build without
+            # allocating, construct inside ``with torch.device("meta"):`` instead
+            self.to(device=device, dtype=dtype)
 
     def _make_head(self, num_classes: int) -> nn.Module:
         return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
@@ -189,11 +197,11 @@ class VisionTransformer(nn.Module):
         if global_pool is not None:
             self.global_pool = _check_global_pool(global_pool, self.distilled)
         self.num_classes = num_classes
-        device = self.cls_token.device
-        self.head = self._make_head(num_classes).to(device)
+        place = dict(device=self.cls_token.device, dtype=self.cls_token.dtype)
+        self.head = self._make_head(num_classes).to(**place)
         trunc_normal_init(self.head)
         if self.distilled:
-            self.head_dist = self._make_head(num_classes).to(device)
+            self.head_dist = self._make_head(num_classes).to(**place)
             trunc_normal_init(self.head_dist)
 
     # --- forward ------------------------------------------------------------------------------

@@ -31,6 +31,12 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .examples.digits import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitscratch", description="From-scratch ViTs for timm.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_summary.add_argument("model", type=_model_name, help="a registered scratch_* model name")
     p_summary.add_argument("--num-classes", type=int, default=None, help="classifier size (default: the cfg's)")
     p_summary.set_defaults(func=_cmd_summary)
+
+    from .examples.digits import add_arguments as add_demo_arguments
+
+    p_demo = commands.add_parser("demo", help="train, save, reload and fine-tune on scikit-learn's digits")
+    add_demo_arguments(p_demo)
+    p_demo.set_defaults(func=_cmd_demo)
     return parser
 
 

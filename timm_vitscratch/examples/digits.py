@@ -17,9 +17,9 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import timm
 import torch
@@ -114,8 +114,12 @@ def create_digits_model(recipe: Recipe, num_classes: int, seed: int) -> nn.Modul
                              **recipe.model_args, **recipe.drop_args)
 
 
-def fit(model: nn.Module, split: Split, steps: int, recipe: Recipe, desc: str, progress: bool, seed: int) -> Row:
-    """Train ``model`` for ``steps`` updates on ``split`` with timm's components; evaluate top-1."""
+def fit(model: nn.Module, split: Split, steps: int, recipe: Recipe, desc: str, progress: bool,
+        seed: int) -> Tuple[float, float]:
+    """Train ``model`` for ``steps`` updates on ``split`` with timm's components.
+
+    Returns validation top-1 (percent) and the seconds it took.
+    """
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
@@ -133,7 +137,7 @@ def fit(model: nn.Module, split: Split, steps: int, recipe: Recipe, desc: str, p
                 if state.updates == steps:
                     break
     top1 = evaluate_top1(model, tensor_batches(split.val_images, split.val_labels, 256))
-    return Row("", "", steps, top1, time.perf_counter() - start)
+    return top1, time.perf_counter() - start
 
 
 def share(directory: Path) -> str:
@@ -150,7 +154,7 @@ def _steps_per_epoch(split: Split, batch_size: int) -> int:
 
 
 def run(recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0,
-        log=print) -> List[Row]:
+        log: Callable[[str], None] = print) -> List[Row]:
     """The whole example; returns the rows of the accuracy table."""
     rows = []
     full = load_split(ALL_DIGITS, seed=seed)
@@ -158,14 +162,12 @@ def run(recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0,
     model = create_digits_model(recipe, 10, seed)
     log(f"{MODEL} for 8x8 digits: {sum(p.numel() for p in model.parameters()):,} parameters, "
         f"{len(full.train_labels)} training / {len(full.val_labels)} validation images")
-    row = fit(model, full, steps, recipe, "digits 0-9", progress, seed)
-    rows.append(replace(row, task="digits 0-9", init="random"))
+    rows.append(Row("digits 0-9", "random", steps, *fit(model, full, steps, recipe, "digits 0-9", progress, seed)))
 
     first, second = load_split(PRETRAIN_DIGITS, seed=seed), load_split(FINETUNE_DIGITS, seed=seed)
     model = create_digits_model(recipe, len(PRETRAIN_DIGITS), seed)
     steps = recipe.pretrain_epochs * _steps_per_epoch(first, recipe.batch_size)
-    row = fit(model, first, steps, recipe, "pretrain 0-4", progress, seed)
-    rows.append(replace(row, task="digits 0-4", init="random"))
+    rows.append(Row("digits 0-4", "random", steps, *fit(model, first, steps, recipe, "pretrain 0-4", progress, seed)))
 
     model_dir = save_model_dir(model, out_dir / "digits04",
                                source=dict(example="digits", digits=list(PRETRAIN_DIGITS)))
@@ -174,12 +176,12 @@ def run(recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0,
     log(f"saved {model_dir} and loaded it back as timm.create_model({name!r}, pretrained=True)")
     torch.manual_seed(seed)
     pretrained.reset_classifier(len(FINETUNE_DIGITS))  # a new head for the new task
-    row = fit(pretrained, second, recipe.finetune_steps, recipe, "fine-tune 5-9", progress, seed)
-    rows.append(replace(row, task="digits 5-9", init="pretrained on 0-4, new head"))
+    steps = recipe.finetune_steps
+    rows.append(Row("digits 5-9", "pretrained on 0-4, new head", steps,
+                    *fit(pretrained, second, steps, recipe, "fine-tune 5-9", progress, seed)))
 
     scratch = create_digits_model(recipe, len(FINETUNE_DIGITS), seed)
-    row = fit(scratch, second, recipe.finetune_steps, recipe, "scratch 5-9", progress, seed)
-    rows.append(replace(row, task="digits 5-9", init="random"))
+    rows.append(Row("digits 5-9", "random", steps, *fit(scratch, second, steps, recipe, "scratch 5-9", progress, seed)))
     return rows
 
 
@@ -196,7 +198,8 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m timm_vitscratch.examples.digits", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m timm_vitscratch.examples.digits",
+                                     description=__doc__.split("\n")[0])
     add_arguments(parser)
     return parser
 

@@ -127,13 +127,14 @@ def fit(model: nn.Module, split: Split, steps: int, recipe: Recipe, desc: str, p
     state = create_train_state(model, steps, lr=recipe.lr, weight_decay=recipe.weight_decay,
                                warmup_updates=steps // 20)
     generator = torch.Generator().manual_seed(seed)
-    with tqdm(total=steps, desc=desc, disable=not progress, leave=True, dynamic_ncols=True) as bar:
+    bar = tqdm(total=steps, desc=desc, disable=not progress, leave=True, dynamic_ncols=True, mininterval=0.5)
+    with bar:
         while state.updates < steps:
             for images, labels in tensor_batches(split.train_images, split.train_labels, recipe.batch_size,
                                                  generator):
                 loss = train_step(task, state, images, labels)
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}")
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
                 if state.updates == steps:
                     break
     top1 = evaluate_top1(model, tensor_batches(split.val_images, split.val_labels, 256))

@@ -87,6 +87,12 @@ def _cmd_local_hub(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .examples.digits import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitscratch", description="From-scratch ViTs for timm.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_local.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (default: any free port)")
     p_local.add_argument("--token", default=None, help="require this token (HF_TOKEN) for writes and private repos")
     p_local.set_defaults(func=_cmd_local_hub)
+
+    from .examples.digits import add_arguments as add_demo_arguments
+
+    p_demo = commands.add_parser("demo", help="train, save, reload and fine-tune on scikit-learn's digits")
+    add_demo_arguments(p_demo)
+    p_demo.set_defaults(func=_cmd_demo)
     return parser
 
 

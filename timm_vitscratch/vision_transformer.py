@@ -45,9 +45,12 @@ class VisionTransformer(nn.Module):
     """ViT of Dosovitskiy et al. 2020 with DeiT's optional distillation token (Touvron et al. 2020).
 
     ``representation_size`` adds the ImageNet-21k "pre-logits" layer (Linear + Tanh) before the head.
-    ``distilled`` adds a distillation token and ``head_dist``: the training forward returns
-    ``(head, head_dist)``, eval returns their mean. ``attn_impl`` picks SDPA or the eager
-    attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
+    ``distilled`` adds a distillation token and ``head_dist``. Like timm's DeiT, forward returns
+    the mean of the two heads unless ``distilled_training`` is on (constructor argument or
+    ``set_distilled_training()``, which timm's ``TokenDistillationTask`` calls): then the training
+    forward returns ``(head, head_dist)``; eval always returns the mean. ``attn_impl`` picks SDPA
+    or the eager attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
+    ``device`` / ``dtype`` are timm's factory arguments: where the parameters end up.
     """
 
     def __init__(
@@ -65,12 +68,15 @@ class VisionTransformer(nn.Module):
         qk_scale: Optional[float] = None,
         representation_size: Optional[int] = None,
         distilled: bool = False,
+        distilled_training: bool = False,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         pos_embed: str = "learn",
         attn_impl: str = "sdpa",
         norm_eps: float = 1e-6,
+        device: Optional[Union[str, torch.device]] = None,
+        dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
         if num_classes < 0:
@@ -81,6 +87,9 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
         if pos_embed not in POS_EMBEDS:
             raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
+        if distilled_training and not distilled:
+            raise ValueError("distilled_training=True needs a distillation head: pass distilled=True "
+                             "(or use a scratch_deit_*_distilled model)")
         if distilled and representation_size:
             raise ValueError("representation_size (has_logits) cannot be combined with distilled=True")
         self.num_classes = num_classes
@@ -88,7 +97,10 @@ class VisionTransformer(nn.Module):
         self.embed_dim = self.num_features = embed_dim
         self.head_hidden_size = representation_size or embed_dim
         self.distilled = distilled
-        self.distilled_training = True
+        # off by default as in timm's DeiT, so plain classification training (timm's train.py
+        # without a teacher) sees one logits tensor; distillation switches it on
+        self.distilled_training = distilled_training
+        self.in_chans = in_chans
         self.num_prefix_tokens = 2 if distilled else 1
         self.grad_checkpointing = False
         self.attn_impl = check_attn_impl(attn_impl)
@@ -125,6 +137,11 @@ class VisionTransformer(nn.Module):
         self.head = self._make_head(num_classes)
         self.head_dist = self._make_head(num_classes) if distilled else None
         self.init_weights()
+        if device is not None or dtype is not None:
+            # timm's factory arguments (its distillation teacher passes device=): built and
+            # initialised in float32 on the default device, then moved; to build without
+            # allocating, construct inside ``with torch.device("meta"):`` instead
+            self.to(device=device, dtype=dtype)
 
     def _make_head(self, num_classes: int) -> nn.Module:
         return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
@@ -158,6 +175,9 @@ class VisionTransformer(nn.Module):
     @torch.jit.ignore
     def set_distilled_training(self, enable: bool = True) -> None:
         """Distilled models only: training forward returns ``(head, head_dist)`` when enabled."""
+        if enable and not self.distilled:
+            raise ValueError("set_distilled_training(True) needs a model with a distillation token and "
+                             "head_dist (distilled=True, e.g. scratch_deit_ti16_distilled)")
         self.distilled_training = enable
 
     def set_attn_impl(self, attn_impl: str) -> None:
@@ -177,11 +197,11 @@ class VisionTransformer(nn.Module):
         if global_pool is not None:
             self.global_pool = _check_global_pool(global_pool, self.distilled)
         self.num_classes = num_classes
-        device = self.cls_token.device
-        self.head = self._make_head(num_classes).to(device)
+        place = dict(device=self.cls_token.device, dtype=self.cls_token.dtype)
+        self.head = self._make_head(num_classes).to(**place)
         trunc_normal_init(self.head)
         if self.distilled:
-            self.head_dist = self._make_head(num_classes).to(device)
+            self.head_dist = self._make_head(num_classes).to(**place)
             trunc_normal_init(self.head_dist)
 
     # --- forward ------------------------------------------------------------------------------

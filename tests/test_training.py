@@ -54,8 +54,9 @@ def test_timm_optimizer_scheduler_and_task_lower_the_loss(name):
 
 
 def test_distilled_model_trains_as_plain_classifier_without_teacher():
-    # what timm's train.py does without --kd-model-name: one criterion on the model's output
-    model = tiny("scratch_deit_ti16_distilled", num_classes=4)
+    # what timm's train.py does without --kd-model-name (and --model-kwargs distilled_training=False):
+    # one criterion on the model's output
+    model = tiny("scratch_deit_ti16_distilled", num_classes=4, distilled_training=False)
     task = ClassificationTask(model, verbose=False)
     images, labels = _separable_batch()
     state = create_train_state(model, total_updates=1)

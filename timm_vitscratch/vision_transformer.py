@@ -45,10 +45,10 @@ class VisionTransformer(nn.Module):
     """ViT of Dosovitskiy et al. 2020 with DeiT's optional distillation token (Touvron et al. 2020).
 
     ``representation_size`` adds the ImageNet-21k "pre-logits" layer (Linear + Tanh) before the head.
-    ``distilled`` adds a distillation token and ``head_dist``. Like timm's DeiT, forward returns
-    the mean of the two heads unless ``distilled_training`` is on (constructor argument or
-    ``set_distilled_training()``, which timm's ``TokenDistillationTask`` calls): then the training
-    forward returns ``(head, head_dist)``; eval always returns the mean. ``attn_impl`` picks SDPA
+    ``distilled`` adds a distillation token and ``head_dist``: the training forward returns
+    ``(head, head_dist)`` and eval returns their mean. ``distilled_training=False`` (or
+    ``set_distilled_training(False)``) makes training return the mean too, as timm's DeiT does by
+    default; timm's ``TokenDistillationTask`` switches the pair on itself. ``attn_impl`` picks SDPA
     or the eager attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
     ``device`` / ``dtype`` are timm's factory arguments: where the parameters end up.
     """
@@ -68,7 +68,7 @@ class VisionTransformer(nn.Module):
         qk_scale: Optional[float] = None,
         representation_size: Optional[int] = None,
         distilled: bool = False,
-        distilled_training: bool = False,
+        distilled_training: bool = True,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
@@ -87,9 +87,6 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
         if pos_embed not in POS_EMBEDS:
             raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
-        if distilled_training and not distilled:
-            raise ValueError("distilled_training=True needs a distillation head: pass distilled=True "
-                             "(or use a scratch_deit_*_distilled model)")
         if distilled and representation_size:
             raise ValueError("representation_size (has_logits) cannot be combined with distilled=True")
         self.num_classes = num_classes
@@ -97,9 +94,9 @@ class VisionTransformer(nn.Module):
         self.embed_dim = self.num_features = embed_dim
         self.head_hidden_size = representation_size or embed_dim
         self.distilled = distilled
-        # off by default as in timm's DeiT, so plain classification training (timm's train.py
-        # without a teacher) sees one logits tensor; distillation switches it on
-        self.distilled_training = distilled_training
+        # the DESIGN's DeiT contract: training returns both heads' logits for a distillation loss;
+        # plain classification training (train.py without a teacher) passes distilled_training=False
+        self.distilled_training = distilled and distilled_training
         self.in_chans = in_chans
         self.num_prefix_tokens = 2 if distilled else 1
         self.grad_checkpointing = False

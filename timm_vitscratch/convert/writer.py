@@ -1,0 +1,117 @@
+"""Streaming writers: the file layout is fixed from shapes first, then one tensor at a time is produced and written.
+
+Every writer goes through ``files.atomic_write`` (temporary name, fsync, rename), so a failed or
+killed write never replaces an existing file. Peak memory is one tensor (plus whatever its producer
+needs), never the whole model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+import sys
+import zipfile
+from dataclasses import dataclass
+from typing import IO, Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import ConversionError
+from ..files import PathLike, atomic_write
+
+SAFETENSORS_NAMES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the output, known before any data is read."""
+
+    name: str
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+Producer = Callable[[TensorSpec], torch.Tensor]
+
+
+def _checked(spec: TensorSpec, tensor: torch.Tensor) -> torch.Tensor:
+    if tuple(tensor.shape) != spec.shape or tensor.dtype != spec.dtype:
+        raise ConversionError(f"tensor {spec.name!r} came out as {tuple(tensor.shape)} {tensor.dtype}, but the file "
+                              f"layout planned {spec.shape} {spec.dtype}")
+    return tensor.contiguous()
+
+
+def _raw_bytes(tensor: torch.Tensor) -> memoryview:
+    if sys.byteorder != "little":  # safetensors and .npy headers below are written little-endian
+        raise ConversionError("writing checkpoints needs a little-endian machine")
+    if tensor.numel() == 0:
+        return memoryview(b"")
+    return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+
+
+def safetensors_header(specs: Iterable[TensorSpec], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The complete header (length prefix + JSON, padded to 8 bytes) for tensors written in ``specs`` order."""
+    header: Dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    offset = 0
+    for spec in specs:
+        if spec.name in header:
+            raise ConversionError(f"tensor name {spec.name!r} appears twice")
+        header[spec.name] = {"dtype": SAFETENSORS_NAMES[spec.dtype], "shape": list(spec.shape),
+                             "data_offsets": [offset, offset + spec.nbytes]}
+        offset += spec.nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded
+
+
+class _HashingWriter:
+    """Writes to a file and hashes what it writes (the sha256 of the finished file, with no re-read)."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+
+    def write(self, data) -> None:
+        self.handle.write(data)
+        self.digest.update(data)
+
+
+def write_safetensors(path: PathLike, specs: List[TensorSpec], produce: Producer,
+                      metadata: Optional[Dict[str, str]] = None) -> str:
+    """Write a safetensors file tensor by tensor; returns its sha256."""
+    header = safetensors_header(specs, metadata)
+    with atomic_write(path, "wb") as handle:
+        out = _HashingWriter(handle)
+        out.write(header)
+        for spec in specs:
+            out.write(_raw_bytes(_checked(spec, produce(spec))))
+    return out.digest.hexdigest()
+
+
+def write_npz(path: PathLike, specs: List[TensorSpec], produce: Producer) -> None:
+    """Write a numpy ``.npz`` (uncompressed, as ``numpy.savez``) one member at a time."""
+    with atomic_write(path, "wb") as handle:
+        with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for spec in specs:
+                tensor = _checked(spec, produce(spec))
+                if tensor.dtype == torch.bfloat16:
+                    raise ConversionError("numpy has no bfloat16: export to .npz as float32 or float16")
+                with archive.open(spec.name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, tensor.numpy(), allow_pickle=False)
+
+
+def write_torch(path: PathLike, specs: List[TensorSpec], produce: Producer) -> None:
+    """Write a ``torch.save`` state dict (this format needs the whole dict in memory)."""
+    state_dict = {spec.name: _checked(spec, produce(spec)).clone() for spec in specs}
+    with atomic_write(path, "wb") as handle:
+        torch.save(state_dict, handle)

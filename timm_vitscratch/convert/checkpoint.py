@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import pickle
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -252,8 +253,8 @@ def _torch_load(path: Path, mmap: bool) -> Any:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
-        detail = str(err).split("\n")
-        unsafe = next((line.strip() for line in detail if "Unsupported global" in line), detail[0])
+        found = re.search(r"GLOBAL\s+([\w.]+)", str(err))
+        unsafe = f"it asks for {found.group(1)}" if found else str(err).strip().split("\n")[0]
         raise ConversionError(
             f"refused to unpickle: it needs more than tensors ({unsafe}). Checkpoints are loaded with "
             f"torch.load(weights_only=True), which never runs code from the file. If this is a whole model "
@@ -264,7 +265,8 @@ def _torch_load(path: Path, mmap: bool) -> Any:
 
 
 def _describe(obj: Any) -> str:
-    return f"a {type(obj).__name__}"
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _unwrap(obj: Any, ema: bool, path: Path) -> Tuple[Dict[str, torch.Tensor], Optional[str]]:

@@ -12,7 +12,7 @@ order, ``--repeats`` times. It reports the median wall time of the conversion it
 excluded) and the peak RSS of the process (``VmHWM``: imports included; the import-only floor is
 printed too), and the ratios ours / naive. The parent never imports torch, so it stays small.
 
-    python benchmarks/convert_memory.py [--repeats 3] [--workdir DIR] [--keep]
+    python benchmarks/convert_memory.py [--repeats 5] [--workdir DIR] [--keep]
 """
 from __future__ import annotations
 
@@ -102,6 +102,7 @@ def build_checkpoints(workdir: Path) -> None:
 
 
 def run_child(args: List[str]) -> Dict[str, float]:
+    os.sync()  # start every run with no dirty pages left over from the previous one
     result = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{result.stderr}")
@@ -110,7 +111,7 @@ def run_child(args: List[str]) -> Dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints and outputs")
     parser.add_argument("--child", nargs=4, metavar=("ROUTE", "FORMAT", "SRC", "OUT"), help=argparse.SUPPRESS)

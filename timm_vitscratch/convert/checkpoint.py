@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import pickle
 import re
@@ -163,21 +164,35 @@ class SafetensorsCheckpoint(Checkpoint):
                                       f"(expected one of {', '.join(SAFETENSORS_DTYPES)})", path)
             typed[key] = (shape, SAFETENSORS_DTYPES[dtype_name])
         self._set_entries(typed, KEY_PREFIXES)
-        self._file = open(path, "rb")
+        with open(path, "rb") as handle:
+            # a private (copy-on-write) mapping: tensors are views of it, nothing is copied on read,
+            # and pages of written tensors are given back with madvise
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+
+    def _span(self, key: str) -> Tuple[int, int]:
+        begin, end = self._offsets[self._raw[key]]
+        return self._data_start + begin, end - begin
 
     def _read(self, key: str) -> torch.Tensor:
-        begin, end = self._offsets[self._raw[key]]
-        out = torch.empty(self._shapes[key], dtype=self._dtypes[key])
-        if end > begin:
-            buffer = memoryview(out.reshape(-1).view(torch.uint8).numpy())
-            self._file.seek(self._data_start + begin)
-            read = self._file.readinto(buffer)
-            if read != end - begin:
-                raise ConversionError(f"tensor {key!r} is cut short (file truncated?)", self.path)
-        return out
+        start, size = self._span(key)
+        shape, dtype = self._shapes[key], self._dtypes[key]
+        if size == 0:
+            return torch.empty(shape, dtype=dtype)
+        count = size // torch.empty((), dtype=dtype).element_size()
+        return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).reshape(shape)
+
+    def release(self, key: str) -> None:
+        start, size = self._span(key)
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside this tensor only
+        last = (start + size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first and hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._map.close()
+        except BufferError:  # tensors handed out still view the mapping; it closes when they are freed
+            pass
 
 
 class TorchCheckpoint(Checkpoint):

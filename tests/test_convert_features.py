@@ -8,7 +8,6 @@ import sys
 import pytest
 import timm
 import torch
-import torchvision
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 

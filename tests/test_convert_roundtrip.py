@@ -11,7 +11,7 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub_format import model_config, write_config
 
 from conftest import tiny
-from sources import NUM_CLASSES, TOL, batch, load_converted, logits, max_diff, randomized, timm_deit_distilled
+from sources import NUM_CLASSES, TOL, batch, logits, max_diff, randomized, timm_deit_distilled
 
 
 def scratch_dir(tmp_path, name="scratch_vit_ti16", **kwargs):

@@ -5,7 +5,6 @@ its own reference separately.
 """
 import json
 
-import pytest
 import timm
 import torch
 import torchvision

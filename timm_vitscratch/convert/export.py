@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import List, Union
 
 import torch
 
@@ -116,6 +116,6 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.
                 write_npz(out, specs, produce)
             else:
                 write_torch(out, specs, produce)
-        except (OSError, FileNotFoundError, PermissionError) as err:
+        except OSError as err:
             raise ConversionError(f"cannot write the export: {err}", out) from None
     return ExportResult(out, to, name, len(specs), notes)

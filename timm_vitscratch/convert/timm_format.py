@@ -7,7 +7,7 @@ norms, attention-pool heads.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Set
+from typing import Any, Set
 
 import torch
 
@@ -78,9 +78,12 @@ class TimmFormat(SourceFormat):
         model.load_state_dict(checkpoint_filter_fn(state_dict, model), strict=True)
         round_parameters(model.eval(), spec.round_to)
         if not arch.representation_size:
+            model.description = f"timm's {cls.__name__}"
             return model
-        return representation_head(model, heads["pre_logits.fc.weight"], heads["pre_logits.fc.bias"],
-                                   heads.get("head.weight"), heads.get("head.bias"), spec.round_to)
+        forward = representation_head(model, heads["pre_logits.fc.weight"], heads["pre_logits.fc.bias"],
+                                      heads.get("head.weight"), heads.get("head.bias"), spec.round_to)
+        forward.description = f"timm's {cls.__name__} + the checkpoint's representation layer"
+        return forward
 
     def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
         if arch.representation_size:

@@ -46,7 +46,7 @@ def is_legacy(keys: Set[str], prefix: str) -> bool:
 class TransformersFormat(SourceFormat):
     name = "transformers"
     library = "Hugging Face transformers"
-    reference_name = "transformers' own model class"
+    reference_name = "transformers' model"
     block_pattern = r"^(?:vit\.|deit\.)?(?:encoder\.layer|layers)\.(\d+)\."
     example_keys = ("vit.embeddings.patch_embeddings.projection.weight", "vit.encoder.layer.0.attention.attention"
                     ".query.weight (or vit.layers.0.attention.q_proj.weight)")
@@ -150,6 +150,7 @@ class TransformersFormat(SourceFormat):
             tokens = out.last_hidden_state
             return tokens[:, 0] if output == "cls" else (tokens[:, 0] + tokens[:, 1]) / 2
 
+        forward.description = f"transformers' {cls.__name__}"  # type: ignore[attr-defined]
         return forward
 
     @staticmethod
@@ -173,12 +174,15 @@ class TransformersFormat(SourceFormat):
 def _quiet_transformers() -> Iterator[None]:
     from transformers.utils import logging
 
-    level = logging.get_verbosity()
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
+    logging.disable_progress_bar()
     try:
         yield
     finally:
         logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 FORMAT = register(TransformersFormat())

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import ConversionError
 from ..variants import ARCHITECTURES
@@ -27,7 +27,6 @@ class Arch:
     distilled: bool
     mlp_hidden: int
     norm_eps: float = DEFAULT_NORM_EPS
-    notes: List[str] = field(default_factory=list)
 
     @property
     def num_prefix_tokens(self) -> int:

@@ -41,4 +41,4 @@ def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: P
     x = fixed_batch(plan.arch.in_chans, plan.img_size)
     with torch.no_grad():
         diff = (ours(x).float() - reference(x).float()).abs().max().item()
-    return Verification(diff, tolerance, plan.fmt.reference_name)
+    return Verification(diff, tolerance, getattr(reference, "description", plan.fmt.reference_name))

@@ -175,24 +175,23 @@ def test_reader_reads_one_tensor_at_a_time(tmp_path):
             assert torch.equal(checkpoint.tensor("blocks.7.attn.qkv.weight"), model.blocks[7].attn.qkv.weight)
 
 
-def test_cli_convert_says_what_it_found_and_export(tmp_path):
+def test_cli_convert_says_what_it_found_and_export(tmp_path, capsys):
+    from timm_vitscratch.cli import main
+
     torch.save(torchvision_vit().state_dict(), tmp_path / "vit_ti.pth")
-    run = [sys.executable, "-m", "timm_vitscratch.cli"]
-    result = subprocess.run(run + ["convert", str(tmp_path / "vit_ti.pth"), str(tmp_path / "out"), "--verify"],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert "torchvision format, detected from its keys" in result.stdout
-    assert "model: scratch_vit_ti16 (patch 16, embed_dim 192, depth 12, heads 3" in result.stdout
-    assert "verify: max-abs-diff" in result.stdout and "ok" in result.stdout
-    result = subprocess.run(run + ["export", str(tmp_path / "out"), "--to", "jax", str(tmp_path / "vit.npz")],
-                            capture_output=True, text=True)
-    assert result.returncode == 0 and (tmp_path / "vit.npz").is_file()
+    assert main(["convert", str(tmp_path / "vit_ti.pth"), str(tmp_path / "out"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "torchvision format, detected from its keys" in out
+    assert "model: scratch_vit_ti16 (patch 16, embed_dim 192, depth 12, heads 3" in out
+    assert "verify: max-abs-diff" in out and "against torchvision's VisionTransformer" in out
+    assert main(["export", str(tmp_path / "out"), "--to", "jax", str(tmp_path / "vit.npz")]) == 0
+    assert (tmp_path / "vit.npz").is_file()
+    assert main(["convert", str(tmp_path / "vit_ti.pth"), str(tmp_path / "o3"), "--model", "scratch_vit_l16"]) == 2
+    assert "does not match" in capsys.readouterr().err
+    # the console script: an error is one line on stderr, exit status 2, no traceback
     (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{broken")
-    result = subprocess.run(run + ["convert", str(tmp_path / "broken.safetensors"), str(tmp_path / "o2")],
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "convert",
+                             str(tmp_path / "broken.safetensors"), str(tmp_path / "o2")], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("vitscratch: error: ")
     assert "broken.safetensors" in result.stderr and "Traceback" not in result.stderr
-    result = subprocess.run(run + ["convert", str(tmp_path / "vit_ti.pth"), str(tmp_path / "o3"),
-                                   "--model", "scratch_vit_l16"], capture_output=True, text=True)
-    assert result.returncode == 2 and "does not match" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()

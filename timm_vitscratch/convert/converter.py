@@ -111,6 +111,22 @@ def commit(stage: Path, out_dir: Path) -> None:
     _fsync_directory(out_dir)
 
 
+def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype: Optional[torch.dtype]) -> str:
+    """Write model.safetensors (streaming) and config.json into ``stage``; returns the weights' sha256."""
+    produce, last = _released_after_write(checkpoint, plan)
+    sha256 = write_safetensors(stage / WEIGHTS_NAME, plan.specs, produce)
+    for source_key in last:
+        checkpoint.release(source_key)
+    source_info = {
+        "format": plan.fmt.name, "file": checkpoint.path.name, "wrapper": checkpoint.wrapper,
+        "dtype": str(out_dtype).replace("torch.", "") if out_dtype else "as stored",
+    }
+    if plan.resampled:
+        source_info["resampled_from"] = list(plan.arch.img_size)
+    write_config(stage, model_config(plan.meta_model, weights_sha256=sha256, source=source_info))
+    return sha256
+
+
 def convert(
     src: PathLike,
     out_dir: PathLike,
@@ -148,29 +164,19 @@ def convert(
             raise _with_path(err, checkpoint.path) from None
         created = prepare_out_dir(out_dir)
         with staging_directory(out_dir, created) as stage:
-            produce, last = _released_after_write(checkpoint, plan)
             try:
-                sha256 = write_safetensors(stage / WEIGHTS_NAME, plan.specs, produce)
-            except OSError as err:
-                raise ConversionError(f"writing the weights failed: {err}", out_dir) from None
-            for source_key in last:
-                checkpoint.release(source_key)
-            source_info = {
-                "format": fmt.name, "file": checkpoint.path.name, "wrapper": checkpoint.wrapper,
-                "dtype": str(out_dtype).replace("torch.", "") if out_dtype else "as stored",
-            }
-            if plan.resampled:
-                source_info["resampled_from"] = list(plan.arch.img_size)
-            write_config(stage, model_config(plan.meta_model, weights_sha256=sha256, source=source_info))
-            verification = None
-            if verify:
-                verification = verify_conversion(checkpoint, plan, stage, out_dtype, tolerance)
-                if not verification.passed:
-                    raise VerificationError(
-                        f"verification failed: max-abs-diff {verification.max_abs_diff:.3g} between our model and "
-                        f"{verification.reference} exceeds the tolerance {tolerance:g}; nothing was written",
-                        checkpoint.path)
-            commit(stage, out_dir)
+                sha256 = _write(checkpoint, plan, stage, out_dtype)
+                verification = None
+                if verify:
+                    verification = verify_conversion(checkpoint, plan, stage, out_dtype, tolerance)
+                    if not verification.passed:
+                        raise VerificationError(
+                            f"verification failed: max-abs-diff {verification.max_abs_diff:.3g} between our model "
+                            f"and {verification.reference} exceeds the tolerance {tolerance:g}; nothing was written",
+                            checkpoint.path)
+                commit(stage, out_dir)
+            except OSError as err:  # disk full, directory removed under us, ...
+                raise ConversionError(f"writing failed: {err}", out_dir) from None
     return ConversionResult(
         out_dir=out_dir, source_format=fmt.name, detected=detected, model_name=plan.model_name,
         model_args=plan.model_args, description=plan.arch.describe(), sha256=sha256, wrapper=checkpoint.wrapper,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import struct
 import sys
 import zipfile
@@ -76,35 +75,24 @@ def safetensors_header(specs: Iterable[TensorSpec], metadata: Optional[Dict[str,
     return struct.pack("<Q", len(encoded)) + encoded
 
 
-class _StreamingOutput:
-    """Writes to a file, hashes what it writes and starts the disk write-back as it goes.
+class _HashingWriter:
+    """Writes to a file and hashes what it writes: the sha256 of the finished file, with no re-read.
 
-    The sha256 is of the finished file, with no re-read. Hashing runs on a second thread (hashlib
-    releases the GIL), overlapping the write of the same bytes and the reading of the next tensor;
-    at most one buffer waits to be hashed, so memory stays at about two tensors. Every
-    ``WRITEBACK_BYTES`` the written range is handed to ``posix_fadvise(DONTNEED)``, which starts its
-    write-back without waiting, so the final fsync has little left to do.
+    Hashing runs on a second thread (hashlib releases the GIL), overlapping the write of the same
+    bytes and the reading of the next tensor. At most one buffer waits to be hashed, so memory stays
+    at about two tensors.
     """
-
-    WRITEBACK_BYTES = 64 << 20
 
     def __init__(self, handle: IO[bytes]) -> None:
         self.handle = handle
         self._digest = hashlib.sha256()
         self._hasher = ThreadPoolExecutor(max_workers=1)
         self._pending: Optional[Future] = None
-        self._written = self._advised = 0
 
     def write(self, data) -> None:
         self._wait()
         self._pending = self._hasher.submit(self._digest.update, data)
         self.handle.write(data)
-        self._written += memoryview(data).nbytes
-        if self._written - self._advised >= self.WRITEBACK_BYTES and hasattr(os, "posix_fadvise"):
-            self.handle.flush()
-            os.posix_fadvise(self.handle.fileno(), self._advised, self._written - self._advised,
-                             os.POSIX_FADV_DONTNEED)
-            self._advised = self._written
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -124,7 +112,7 @@ def write_safetensors(path: PathLike, specs: List[TensorSpec], produce: Producer
     """Write a safetensors file tensor by tensor; returns its sha256."""
     header = safetensors_header(specs, metadata)
     with atomic_write(path, "wb") as handle:
-        out = _StreamingOutput(handle)
+        out = _HashingWriter(handle)
         try:
             out.write(header)
             for spec in specs:

@@ -49,25 +49,9 @@ def _with_path(err: ConversionError, path: Path) -> ConversionError:
 def _producer(checkpoint: Checkpoint, targets: Dict[str, Target]) -> Callable[[TensorSpec], torch.Tensor]:
     def produce(spec: TensorSpec) -> torch.Tensor:
         rule = targets[spec.name].rule
-        out = rule.op(*[checkpoint.tensor(s) for s in rule.sources]).to(spec.dtype).contiguous()
-        return out
+        return rule.op(*[checkpoint.tensor(s) for s in rule.sources]).to(spec.dtype)
 
     return produce
-
-
-def _released_after_write(checkpoint: Checkpoint, plan: ConversionPlan):
-    """Producer that, once the next tensor is requested, gives back the pages of the previous one."""
-    targets = {t.spec.name: t for t in plan.targets}
-    produce = _producer(checkpoint, targets)
-    previous: list = []
-
-    def produce_and_release(spec: TensorSpec) -> torch.Tensor:
-        for source in previous:
-            checkpoint.release(source)
-        previous[:] = targets[spec.name].rule.sources
-        return produce(spec)
-
-    return produce_and_release, previous
 
 
 def prepare_out_dir(out_dir: Path) -> bool:
@@ -113,10 +97,14 @@ def commit(stage: Path, out_dir: Path) -> None:
 
 def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype: Optional[torch.dtype]) -> str:
     """Write model.safetensors (streaming) and config.json into ``stage``; returns the weights' sha256."""
-    produce, last = _released_after_write(checkpoint, plan)
-    sha256 = write_safetensors(stage / WEIGHTS_NAME, plan.specs, produce)
-    for source_key in last:
-        checkpoint.release(source_key)
+    targets = {t.spec.name: t for t in plan.targets}
+
+    def release_sources(spec: TensorSpec) -> None:  # written and hashed: give its source pages back
+        for source in targets[spec.name].rule.sources:
+            checkpoint.release(source)
+
+    sha256 = write_safetensors(stage / WEIGHTS_NAME, plan.specs, _producer(checkpoint, targets),
+                               written=release_sources)
     source_info = {
         "format": plan.fmt.name, "file": checkpoint.path.name, "wrapper": checkpoint.wrapper,
         "dtype": str(out_dtype).replace("torch.", "") if out_dtype else "as stored",

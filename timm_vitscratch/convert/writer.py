@@ -80,24 +80,27 @@ class _HashingWriter:
 
     Hashing runs on a second thread (hashlib releases the GIL), overlapping the write of the same
     bytes and the reading of the next tensor. At most one buffer waits to be hashed, so memory stays
-    at about two tensors.
+    at about two tensors. ``done(tag)`` is called once a buffer has been both written and hashed.
     """
 
-    def __init__(self, handle: IO[bytes]) -> None:
+    def __init__(self, handle: IO[bytes], done: Callable[[object], None]) -> None:
         self.handle = handle
+        self._done = done
         self._digest = hashlib.sha256()
         self._hasher = ThreadPoolExecutor(max_workers=1)
-        self._pending: Optional[Future] = None
+        self._pending: Optional[Tuple[Future, object]] = None
 
-    def write(self, data) -> None:
+    def write(self, data, tag: object = None) -> None:
         self._wait()
-        self._pending = self._hasher.submit(self._digest.update, data)
+        self._pending = (self._hasher.submit(self._digest.update, data), tag)
         self.handle.write(data)
 
     def _wait(self) -> None:
         if self._pending is not None:
-            self._pending.result()
+            future, tag = self._pending
+            future.result()
             self._pending = None
+            self._done(tag)
 
     def hexdigest(self) -> str:
         self._wait()
@@ -108,15 +111,20 @@ class _HashingWriter:
 
 
 def write_safetensors(path: PathLike, specs: List[TensorSpec], produce: Producer,
-                      metadata: Optional[Dict[str, str]] = None) -> str:
-    """Write a safetensors file tensor by tensor; returns its sha256."""
+                      metadata: Optional[Dict[str, str]] = None,
+                      written: Optional[Callable[[TensorSpec], None]] = None) -> str:
+    """Write a safetensors file tensor by tensor; returns its sha256.
+
+    ``written(spec)``, when given, is called as soon as that tensor is on its way to disk and hashed,
+    so whatever memory produced it can be given back.
+    """
     header = safetensors_header(specs, metadata)
     with atomic_write(path, "wb") as handle:
-        out = _HashingWriter(handle)
+        out = _HashingWriter(handle, lambda spec: spec is not None and written is not None and written(spec))
         try:
             out.write(header)
             for spec in specs:
-                out.write(_raw_bytes(_checked(spec, produce(spec))))
+                out.write(_raw_bytes(_checked(spec, produce(spec))), tag=spec)
             sha256 = out.hexdigest()
         finally:
             out.close()

@@ -2,11 +2,12 @@
 
 Three containers are read:
 
-* safetensors — validated by the safetensors library, then each tensor is read from its byte range
-  (no mapping of the whole file, so only the tensor being converted is resident);
+* safetensors — validated by the safetensors library, then read through a private memory map:
+  tensors are views (nothing copied) and ``release`` gives a written tensor's pages back;
 * ``torch.save`` files (``.pth``, ``.pt``, ``.bin``, timm's ``.pth.tar``) — ``torch.load`` with
   ``weights_only=True`` (only ``argparse.Namespace`` is allowed besides tensors and containers,
-  for the ``args`` timm's ``train.py`` stores) and ``mmap=True`` for the zip format;
+  for the ``args`` timm's ``train.py`` stores) and ``mmap=True`` for the zip format (pages given back
+  the same way, see ``page_release``);
 * numpy ``.npz`` (JAX) — ``allow_pickle=False``; shapes come from each member's header.
 
 Training checkpoints are unwrapped (``state_dict``, ``model``; ``state_dict_ema`` / ``model_ema``
@@ -16,6 +17,7 @@ A directory is read as a Hugging Face style model folder (weights file plus ``co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import mmap
 import os
@@ -263,9 +265,10 @@ def _npy_header(archive: zipfile.ZipFile, member: str, path: Path) -> Tuple[Shap
 
 
 def _torch_load(path: Path, mmap: bool) -> Any:
+    # timm's train.py stores its argparse.Namespace under "args": the one non-tensor global allowed
+    allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
     try:
-        # timm's train.py stores its argparse.Namespace under "args": the one non-tensor global allowed
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with allow([argparse.Namespace]) if allow else contextlib.nullcontext():
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         found = re.search(r"GLOBAL\s+([\w.]+)", str(err))

@@ -8,6 +8,7 @@ from typing import Optional
 import timm
 import torch
 
+from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .formats import ReferenceSpec
 from .plan import ConversionPlan
@@ -37,7 +38,11 @@ def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: P
     """Max-abs-diff between the source library's model and ours loaded from ``model_dir`` (fp32, eval)."""
     ours = timm.create_model(f"local-dir:{model_dir}", pretrained=True).float().eval()
     spec = ReferenceSpec(plan.arch, plan.img_size, round_to)
-    reference = plan.fmt.reference(checkpoint, spec)
+    try:
+        reference = plan.fmt.reference(checkpoint, spec)
+    except ImportError as err:
+        raise ConversionError(f"--verify builds the source model with {plan.fmt.library}, which is not installed "
+                              f"({err}); install it or convert without --verify") from None
     x = fixed_batch(plan.arch.in_chans, plan.img_size)
     with torch.no_grad():
         diff = (ours(x).float() - reference(x).float()).abs().max().item()

@@ -301,3 +301,21 @@ def test_conversion_killed_mid_write_keeps_previous_files(tmp_path, vit_file, si
     convert(tmp_path / "other.safetensors", out)  # the next conversion succeeds and removes leftovers
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
     assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]
+
+
+def test_transformers_config_that_does_not_fit(tmp_path):
+    import json
+
+    from transformers import ViTForImageClassification
+
+    from sources import hf_config
+
+    randomized(lambda: ViTForImageClassification(hf_config())).save_pretrained(tmp_path / "hub")
+    config_path = tmp_path / "hub" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "hidden_act": "relu"}))
+    refused(tmp_path / "hub", tmp_path / "out", "hidden_act='relu'")
+    config_path.write_text(json.dumps({**config, "image_size": "huge"}))
+    refused(tmp_path / "hub", tmp_path / "out", "not a usable ViT config")
+    config_path.write_text(json.dumps({**config, "image_size": 160}))  # 100 patches, but the table holds 196
+    refused(tmp_path / "hub", tmp_path / "out", "image size 160x160 at patch 16 needs 100")

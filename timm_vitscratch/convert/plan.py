@@ -79,7 +79,7 @@ def meta_output(rule: Rule, checkpoint: Checkpoint, target: str) -> torch.Tensor
     """Run a rule on storage-less tensors: the output's shape and dtype, or a clear error."""
     try:
         return rule.op(*[checkpoint.meta(s) for s in rule.sources])
-    except (RuntimeError, ValueError, IndexError) as err:
+    except (RuntimeError, ValueError, IndexError, TypeError) as err:
         shapes = ", ".join(f"{s} {checkpoint.shape(s)}" for s in rule.sources)
         raise ConversionError(f"cannot make {target!r} from {shapes}: the shapes do not fit ({err})") from None
 
@@ -111,7 +111,10 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
         if side % arch.patch_size:
             raise ConversionError(f"img_size {target_size} is not a multiple of the patch size {arch.patch_size}")
     args = model_args(arch, name, target_size)
-    meta_model = build_on_meta(name, pretrained_cfg_overlay=fmt.preprocessing(checkpoint), **args)
+    try:
+        meta_model = build_on_meta(name, pretrained_cfg_overlay=fmt.preprocessing(checkpoint), **args)
+    except (ValueError, TypeError) as err:
+        raise ConversionError(f"the shapes describe a model timm cannot build ({name} with {args}): {err}") from None
 
     targets, missing = [], []
     for target, expected in meta_model.state_dict().items():

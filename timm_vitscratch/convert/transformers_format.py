@@ -102,11 +102,19 @@ class TransformersFormat(SourceFormat):
             raise ConversionError(f"config.json asks for activations hidden_act={config.get('hidden_act')!r}, "
                                   f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
                                   checkpoint.path)
-        hints: Dict[str, Any] = {"norm_eps": float(config.get("layer_norm_eps", TRANSFORMERS_NORM_EPS))}
-        if "num_attention_heads" in config:
-            hints["num_heads"] = int(config["num_attention_heads"])
-        if "image_size" in config:
-            hints["img_size"] = config["image_size"]
+        try:
+            hints: Dict[str, Any] = {"norm_eps": float(config.get("layer_norm_eps", TRANSFORMERS_NORM_EPS))}
+            if "num_attention_heads" in config:
+                hints["num_heads"] = int(config["num_attention_heads"])
+            if "image_size" in config:
+                size = config["image_size"]
+                hints["img_size"] = (int(size), int(size)) if isinstance(size, (int, float)) else tuple(
+                    int(v) for v in size)
+                if len(hints["img_size"]) != 2:
+                    raise ValueError(f"image_size {size!r} is neither a number nor a pair")
+        except (TypeError, ValueError) as err:
+            raise ConversionError(f"config.json beside the weights is not a usable ViT config: {err}",
+                                  checkpoint.path) from None
         return hints
 
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:

@@ -92,6 +92,45 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     return run_from_args(args)
 
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert
+
+    result = convert(args.src, args.out_dir, source=args.source, model=args.model, img_size=args.img_size,
+                     dtype=args.dtype, ema=args.ema, verify=args.verify)
+    how = "detected from its keys" if result.detected else "as given by --from"
+    wrapper = f", weights from {result.wrapper!r}" if result.wrapper else ""
+    print(f"source: {args.src} ({result.source_format} format, {how}{wrapper})")
+    print(f"model: {result.model_name} ({result.description})")
+    if result.resampled_from:
+        print(f"position embedding resampled from {result.resampled_from[0]}x{result.resampled_from[1]} "
+              f"to img_size {result.model_args['img_size']}")
+    print(f"wrote {result.out_dir}/model.safetensors (sha256 {result.sha256}) and {result.out_dir}/config.json")
+    if result.verification is not None:
+        check = result.verification
+        print(f"verify: max-abs-diff {check.max_abs_diff:.3g} against {check.reference} on a fixed random "
+              f"batch (tolerance {check.tolerance:g}): ok")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .convert import export
+
+    result = export(args.model_dir, args.to, args.out, dtype=args.dtype)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {result.out} ({result.tensors} tensors, {result.target} layout) from {result.model_name}")
+    return 0
+
+
+def _img_size(value: str) -> int:
+    try:
+        size = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"img size must be a positive integer, got {value!r}") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"img size must be a positive integer, got {value!r}")
+    return size
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitscratch", description="From-scratch ViTs for timm.")
@@ -150,6 +189,32 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo = commands.add_parser("demo", help="train, save, reload and fine-tune on scikit-learn's digits")
     add_demo_arguments(p_demo)
     p_demo.set_defaults(func=_cmd_demo)
+
+    dtypes = ("float32", "float16", "bfloat16")
+    p_convert = commands.add_parser(
+        "convert", help="timm / torchvision / transformers / JAX weights -> a scratch model directory")
+    p_convert.add_argument("src", help="checkpoint file (.safetensors, .pth/.pt/.bin/.pth.tar, .npz) or model directory")
+    p_convert.add_argument("out_dir", help="directory for model.safetensors + config.json (created if missing)")
+    p_convert.add_argument("--from", dest="source", default="auto",
+                           choices=("auto", "timm", "torchvision", "transformers", "jax"),
+                           help="checkpoint format (default: recognised from its keys)")
+    p_convert.add_argument("--model", type=_model_name, default=None,
+                           help="scratch_* variant to convert to (default: inferred from the shapes, checked if given)")
+    p_convert.add_argument("--img-size", type=_img_size, default=None,
+                           help="input size of the converted model; the position embedding is resampled")
+    p_convert.add_argument("--dtype", choices=dtypes, default=None, help="dtype of the written weights (default: as stored)")
+    p_convert.add_argument("--ema", action="store_true",
+                           help="take the EMA weights (state_dict_ema) of a timm train.py checkpoint")
+    p_convert.add_argument("--verify", action="store_true",
+                           help="compare logits with the source library's model; fail (write nothing) above 1e-4")
+    p_convert.set_defaults(func=_cmd_convert)
+
+    p_export = commands.add_parser("export", help="a scratch model directory -> timm / torchvision / JAX weights")
+    p_export.add_argument("model_dir", help="directory written by convert (model.safetensors + config.json)")
+    p_export.add_argument("--to", required=True, choices=("timm", "torchvision", "jax"), help="target layout")
+    p_export.add_argument("out", help="output file: .safetensors or .pth (timm, torchvision), .npz (jax)")
+    p_export.add_argument("--dtype", choices=dtypes, default=None, help="dtype of the written weights (default: as stored)")
+    p_export.set_defaults(func=_cmd_export)
     return parser
 
 

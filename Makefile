@@ -1,4 +1,4 @@
-# Two entry points: `make demo` (the main job) and `make test` (the suite; CI runs it via .ci/run).
+# Two entry points: `make demo` (the main job: zoo table, one summary, the digits example) and `make test` (the suite; CI runs it via .ci/run).
 # Each creates .venv on first use and installs the package with the pinned working set.
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,13 +9,16 @@ STAMP := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,examples]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/vitscratch list
 	@echo
 	$(BIN)/vitscratch summary scratch_vit_b16 --num-classes 5
+	@echo
+	$(BIN)/python -m timm_vitscratch.hub_demo
+	$(BIN)/vitscratch demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -32,11 +32,16 @@ def test_logits_equal_timm(timm_name, ours_name):
 
 def test_distilled_training_pair_matches_timm():
     reference = timm.create_model("deit_tiny_distilled_patch16_224", img_size=32).train()
-    reference.set_distilled_training(True)
     ours = timm.create_model("scratch_deit_ti16_distilled", img_size=32).train()
     ours.load_state_dict(reference.state_dict())
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
+        # ours returns the pair by default; timm's DeiT once switched on
+        reference.set_distilled_training(True)
         a, a_dist = reference(x)
         b, b_dist = ours(x)
     assert (a - b).abs().max() <= 1e-5 and (a_dist - b_dist).abs().max() <= 1e-5
+    with torch.no_grad():  # both switched off: one tensor, the mean of both heads
+        reference.set_distilled_training(False)
+        ours.set_distilled_training(False)
+        assert (reference(x) - ours(x)).abs().max() <= 1e-5

@@ -23,6 +23,17 @@ def test_atomic_write_keeps_previous_file_on_error(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
 
 
+def test_atomic_write_gives_default_permissions(tmp_path):
+    import os
+
+    target = tmp_path / "out.bin"
+    with atomic_write(target) as handle:
+        handle.write(b"x")
+    plain = tmp_path / "plain.bin"
+    plain.write_bytes(b"x")
+    assert os.stat(target).st_mode & 0o777 == os.stat(plain).st_mode & 0o777
+
+
 def test_atomic_write_refuses_missing_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         with atomic_write(tmp_path / "nope" / "x.bin"):

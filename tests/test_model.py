@@ -45,17 +45,29 @@ def test_dropout_rates_reach_every_layer():
 def test_distilled_training_returns_pair_eval_returns_mean():
     model = tiny("scratch_deit_ti16_distilled", num_classes=7)
     x = torch.randn(3, 3, 32, 32)
-    model.train()
-    with torch.no_grad():
-        cls_logits, dist_logits = model(x)
-    assert cls_logits.shape == dist_logits.shape == (3, 7)
     model.eval()
     with torch.no_grad():
         tokens = model.forward_features(x)
         mean = model(x)
         expected = (model.head(tokens[:, 0]) + model.head_dist(tokens[:, 1])) / 2
     assert torch.allclose(mean, expected)
+    model.train()  # training returns the pair
+    with torch.no_grad():
+        cls_logits, dist_logits = model(x)
+    assert cls_logits.shape == dist_logits.shape == (3, 7)
+    assert torch.allclose((cls_logits + dist_logits) / 2, mean)
+    # switched off (timm DeiT's default), training returns the mean too
+    model.set_distilled_training(False)
+    with torch.no_grad():
+        assert torch.allclose(model(x), mean)
+    assert not tiny("scratch_deit_ti16_distilled", distilled_training=False).distilled_training
     assert isinstance(model.get_classifier(), tuple)
+
+
+def test_distilled_training_needs_a_distillation_head():
+    assert not tiny().distilled_training  # nothing to switch on without a distillation token
+    with pytest.raises(ValueError, match="head_dist"):
+        tiny().set_distilled_training(True)
 
 
 def test_has_logits_pre_logits_is_linear_tanh():

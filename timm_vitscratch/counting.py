@@ -53,6 +53,28 @@ def block_param_formula(embed_dim: int) -> int:
     return 12 * embed_dim ** 2 + 13 * embed_dim
 
 
+def block_part_formulas(embed_dim: int) -> Dict[str, int]:
+    """The three parts of 12h² + 13h: attention 4h²+4h, MLP 8h²+5h, the two LayerNorms 4h."""
+    h = embed_dim
+    return OrderedDict(attention=4 * h * h + 4 * h, mlp=8 * h * h + 5 * h, norms=4 * h)
+
+
+def block_param_breakdown(block: nn.Module) -> Dict[str, int]:
+    """One block's parameters by part: attention (qkv + proj), MLP (fc1 + fc2), norms (norm1 + norm2)."""
+    parts = OrderedDict(attention=0, mlp=0, norms=0)
+    for name, param in block.named_parameters():
+        top = name.split(".", 1)[0]
+        if top == "attn":
+            parts["attention"] += param.numel()
+        elif top == "mlp":
+            parts["mlp"] += param.numel()
+        elif top in ("norm1", "norm2"):
+            parts["norms"] += param.numel()
+        else:
+            raise ValueError(f"block parameter {name!r} is in none of attention / MLP / norms")
+    return parts
+
+
 def analytic_param_count(
     patch_size: int, embed_dim: int, depth: int, num_classes: int = 1000, img_size: int = 224,
     in_chans: int = 3, representation_size: Optional[int] = None, distilled: bool = False, **_: Any,

@@ -31,13 +31,22 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
+            # mkstemp creates 0600; give the result the permissions a plain open() would have
+            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-        _fsync_directory(directory)
+        fsync_directory(directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def current_umask() -> int:
+    """The process umask (reading it means setting it: put it straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def remove_stale_temporaries(path: PathLike) -> None:
@@ -48,7 +57,8 @@ def remove_stale_temporaries(path: PathLike) -> None:
             stale.unlink()
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make renames inside ``directory`` durable (best effort)."""
     with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
         fd = os.open(directory, os.O_RDONLY)
         try:

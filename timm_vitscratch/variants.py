@@ -1,10 +1,15 @@
 """The zoo: architecture table, pretrained cfgs and timm ``@register_model`` entry points."""
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import warnings
 from typing import Any, Dict
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model, resolve_pretrained_cfg
+from timm.models import (
+    DefaultCfg, PretrainedCfg, build_model_with_cfg, register_model, resolve_pretrained_cfg, split_model_name_tag,
+)
 
 from .vision_transformer import VisionTransformer, checkpoint_filter_fn, empty_model, initialised_model
 
@@ -35,6 +40,13 @@ ARCHITECTURES: Dict[str, Dict[str, Any]] = {
 }
 
 
+def unknown_model_message(name: str) -> str:
+    """Error text for a name that is not registered, with the closest registered names."""
+    close = difflib.get_close_matches(name, list(ARCHITECTURES), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ARCHITECTURES)}"
+    return f"unknown model {name!r}{hint}"
+
+
 def _vit_cfg(**kwargs: Any) -> Dict[str, Any]:
     """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9)."""
     return {
@@ -60,7 +72,78 @@ def _pretrained_cfg(name: str) -> Dict[str, Any]:
     return _vit_cfg()
 
 
-default_cfgs = generate_default_cfgs({name: _pretrained_cfg(name) for name in ARCHITECTURES})
+#: Weights published on the Hugging Face Hub under a pretrained tag, as timm's own weights are:
+#: ``"variant.tag" -> pretrained-cfg overrides`` with at least ``hf_hub_id`` (``"ORG/NAME"``, or
+#: ``"ORG/NAME@commit"`` to pin a revision). ``timm.create_model("variant.tag", pretrained=True)`` then
+#: downloads ``model.safetensors`` from that repo. The project has published no weights yet, so the
+#: table is empty; :func:`register_hub_weights` adds entries at run time.
+HUB_WEIGHTS: Dict[str, Dict[str, Any]] = {}
+_DEFAULT_TAGS: Dict[str, str] = {}  # variant -> the tag `pretrained=True` without a tag loads
+PRETRAINED_CFG_FIELDS = {f.name for f in dataclasses.fields(PretrainedCfg)}
+
+
+def _default_cfg(variant: str) -> DefaultCfg:
+    """Every pretrained cfg of ``variant``: the untagged one (no weights), then its Hub tags."""
+    cfg = DefaultCfg()
+    cfg.cfgs[""] = PretrainedCfg(**_pretrained_cfg(variant))
+    cfg.tags.append("")
+    for name_tag, overrides in HUB_WEIGHTS.items():
+        arch, tag = split_model_name_tag(name_tag)
+        if arch == variant:
+            cfg.cfgs[tag] = PretrainedCfg(**{**_pretrained_cfg(variant), **overrides})
+            cfg.is_pretrained = True
+            if _DEFAULT_TAGS.get(variant) == tag:
+                cfg.tags.appendleft(tag)
+            else:
+                cfg.tags.append(tag)
+    return cfg
+
+
+default_cfgs = {name: _default_cfg(name) for name in ARCHITECTURES}
+
+
+def register_hub_weights(model_tag: str, hf_hub_id: str, default: bool = False, **cfg: Any) -> None:
+    """Publish Hub weights under ``"variant.tag"`` in timm's registry (like timm's own pretrained tags).
+
+    ``hf_hub_id``: ``"ORG/NAME"`` or ``"ORG/NAME@revision"``; a trailing ``/`` (``"ORG/"``) completes it
+    to ``"ORG/variant.tag"``, as timm does for ``"timm/"``. ``cfg``: pretrained-cfg fields that differ
+    from the variant's (``num_classes``, ``input_size``, ``mean``, ``std``, ``license`` ...).
+    ``default=True`` makes ``create_model("variant", pretrained=True)`` load these weights.
+    """
+    variant, tag = split_model_name_tag(model_tag)
+    if variant not in ARCHITECTURES:
+        raise ValueError(f"unknown model {variant!r} in {model_tag!r}; known: {', '.join(ARCHITECTURES)}")
+    if not tag:
+        raise ValueError(f"{model_tag!r} has no tag: give 'variant.tag', e.g. '{variant}.my_weights_in1k'")
+    unknown = sorted(set(cfg) - PRETRAINED_CFG_FIELDS - {"hf_hub_id"})
+    if unknown:
+        raise ValueError(f"unknown pretrained-cfg fields {unknown}; "
+                         f"timm's PretrainedCfg has {sorted(PRETRAINED_CFG_FIELDS)}")
+    if "/" not in hf_hub_id:
+        raise ValueError(f"hf_hub_id must be 'ORG/NAME' (or 'ORG/' to complete with the tag), got {hf_hub_id!r}")
+    if hf_hub_id.endswith("/"):
+        hf_hub_id += model_tag
+    HUB_WEIGHTS[model_tag] = {**cfg, "hf_hub_id": hf_hub_id}
+    if default:
+        _DEFAULT_TAGS[variant] = tag
+    _reregister(variant)
+
+
+def unregister_hub_weights(model_tag: str) -> None:
+    """Remove a tag added by :func:`register_hub_weights`."""
+    variant, tag = split_model_name_tag(model_tag)
+    if HUB_WEIGHTS.pop(model_tag, None) is None:
+        raise KeyError(f"{model_tag!r} is not a registered Hub tag; registered: {sorted(HUB_WEIGHTS)}")
+    if _DEFAULT_TAGS.get(variant) == tag:
+        del _DEFAULT_TAGS[variant]
+    _reregister(variant)
+
+
+def _reregister(variant: str) -> None:
+    default_cfgs[variant] = _default_cfg(variant)
+    with warnings.catch_warnings():  # re-registering is how timm takes in a changed default_cfgs entry
+        warnings.filterwarnings("ignore", message=f"Overwriting {variant} in registry")
+        register_model(globals()[variant])
 
 
 def _loads_from_storage(variant: str, kwargs: Dict[str, Any]) -> bool:

@@ -18,6 +18,8 @@ GLOBAL_POOLS = ("token", "avg", "")
 POS_EMBEDS = ("learn", "sincos")
 #: Tensors the model holds itself rather than through a submodule (initialised by the model).
 OWN_TENSORS = ("pos_embed", "cls_token", "dist_token")
+#: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``); loaded tensors are kept at it.
+CPU_ALIGNMENT = 64
 
 
 def _default_device() -> torch.device:
@@ -56,8 +58,11 @@ class VisionTransformer(nn.Module):
 
     ``representation_size`` adds the ImageNet-21k "pre-logits" layer (Linear + Tanh) before the head.
     ``distilled`` adds a distillation token and ``head_dist``: the training forward returns
-    ``(head, head_dist)``, eval returns their mean. ``attn_impl`` picks SDPA or the eager
-    attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
+    ``(head, head_dist)`` and eval returns their mean. ``distilled_training=False`` (or
+    ``set_distilled_training(False)``) makes training return the mean too, as timm's DeiT does by
+    default; timm's ``TokenDistillationTask`` switches the pair on itself. ``attn_impl`` picks SDPA
+    or the eager attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
+    ``device`` / ``dtype`` are timm's factory arguments: where the parameters end up.
     """
 
     def __init__(
@@ -75,12 +80,15 @@ class VisionTransformer(nn.Module):
         qk_scale: Optional[float] = None,
         representation_size: Optional[int] = None,
         distilled: bool = False,
+        distilled_training: bool = True,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         pos_embed: str = "learn",
         attn_impl: str = "sdpa",
         norm_eps: float = 1e-6,
+        device: Optional[Union[str, torch.device]] = None,
+        dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
         if num_classes < 0:
@@ -98,9 +106,14 @@ class VisionTransformer(nn.Module):
         self.embed_dim = self.num_features = embed_dim
         self.head_hidden_size = representation_size or embed_dim
         self.distilled = distilled
-        self.distilled_training = True
+        # the DESIGN's DeiT contract: training returns both heads' logits for a distillation loss;
+        # plain classification training (train.py without a teacher) passes distilled_training=False
+        self.distilled_training = distilled and distilled_training
+        self.in_chans = in_chans
         self.num_prefix_tokens = 2 if distilled else 1
         self.grad_checkpointing = False
+        # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
+        self.load_device: Optional[torch.device] = None
         self.attn_impl = check_attn_impl(attn_impl)
 
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
@@ -135,6 +148,11 @@ class VisionTransformer(nn.Module):
         self.head = self._make_head(num_classes)
         self.head_dist = self._make_head(num_classes) if distilled else None
         self.init_weights()
+        if device is not None or dtype is not None:
+            # timm's factory arguments (its distillation teacher passes device=): built and
+            # initialised in float32 on the default device, then moved; to build without
+            # allocating, construct inside ``with torch.device("meta"):`` instead
+            self.to(device=device, dtype=dtype)
 
     def _make_head(self, num_classes: int) -> nn.Module:
         return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
@@ -208,10 +226,18 @@ class VisionTransformer(nn.Module):
             target = own.get(key)
             if target is not None and value.is_floating_point() and value.dtype != target.dtype:
                 value = value.to(target.dtype)
+            elif value.device.type == "cpu" and value.data_ptr() % CPU_ALIGNMENT:
+                # a memory-mapped tensor at an odd file offset: CPU kernels take other code paths for
+                # unaligned data and round differently in the last bit; an aligned copy keeps the
+                # logits bit-identical to a model that copied the checkpoint into its own tensors
+                value = value.clone()
             cast[key] = value
         result = super().load_state_dict(cast, strict=strict, assign=True)
+        wanted = self.load_device
         loaded = next((t.device for t in itertools.chain(self.parameters(), self.buffers()) if not t.is_meta), None)
-        self.materialize(loaded)
+        self.materialize(wanted or loaded)
+        if wanted is not None and wanted.type != "meta":
+            self.to(wanted)
         return result
 
     # --- timm hooks ---------------------------------------------------------------------------
@@ -234,6 +260,9 @@ class VisionTransformer(nn.Module):
     @torch.jit.ignore
     def set_distilled_training(self, enable: bool = True) -> None:
         """Distilled models only: training forward returns ``(head, head_dist)`` when enabled."""
+        if enable and not self.distilled:
+            raise ValueError("set_distilled_training(True) needs a model with a distillation token and "
+                             "head_dist (distilled=True, e.g. scratch_deit_ti16_distilled)")
         self.distilled_training = enable
 
     def set_attn_impl(self, attn_impl: str) -> None:
@@ -253,11 +282,11 @@ class VisionTransformer(nn.Module):
         if global_pool is not None:
             self.global_pool = _check_global_pool(global_pool, self.distilled)
         self.num_classes = num_classes
-        device = self.cls_token.device
-        self.head = self._make_head(num_classes).to(device)
+        place = dict(device=self.cls_token.device, dtype=self.cls_token.dtype)
+        self.head = self._make_head(num_classes).to(**place)
         trunc_normal_init(self.head)
         if self.distilled:
-            self.head_dist = self._make_head(num_classes).to(device)
+            self.head_dist = self._make_head(num_classes).to(**place)
             trunc_normal_init(self.head_dist)
 
     # --- forward ------------------------------------------------------------------------------
@@ -363,20 +392,41 @@ class VisionTransformer(nn.Module):
         return take_indices
 
 
+def _split_factory_args(kwargs: Dict[str, Any]) -> Tuple[Optional[torch.device], Optional[torch.dtype]]:
+    """Take timm's ``device`` / ``dtype`` factory arguments out of ``kwargs`` (applied after building)."""
+    device = kwargs.pop("device", None)
+    return (torch.device(device) if device is not None else None), kwargs.pop("dtype", None)
+
+
 def empty_model(**kwargs: Any) -> VisionTransformer:
-    """A ``VisionTransformer`` whose tensors hold no storage, for ``load_state_dict`` to assign into."""
+    """A ``VisionTransformer`` whose tensors hold no storage, for ``load_state_dict`` to assign into.
+
+    ``dtype`` is applied on ``meta`` (loaded tensors are cast to it); ``device`` is where the
+    tensors the checkpoint does not hold are created and where the whole model goes once loaded
+    (default: where the loaded tensors live; see ``load_state_dict``).
+    """
+    device, dtype = _split_factory_args(kwargs)
     with torch.device("meta"):
-        return VisionTransformer(**kwargs)
+        model = VisionTransformer(**kwargs)
+    if dtype is not None:
+        model.to(dtype=dtype)
+    model.load_device = device
+    return model
 
 
 def initialised_model(**kwargs: Any) -> VisionTransformer:
-    """A ``VisionTransformer`` on the current default device, initialised once.
+    """A ``VisionTransformer`` on ``device`` (default: the current default device), initialised once.
 
     Built on ``meta`` and then materialised, so the layers' default init (which ``init_weights``
-    overwrites anyway) never runs. Under ``with torch.device("meta")`` the model stays on meta.
+    overwrites anyway) never runs. On a ``meta`` device (``device="meta"`` or under
+    ``with torch.device("meta")``) the model stays without storage.
     """
-    device = _default_device()
-    model = empty_model(**kwargs)
+    device, dtype = _split_factory_args(kwargs)
+    device = device if device is not None else _default_device()
+    with torch.device("meta"):
+        model = VisionTransformer(**kwargs)
+    if dtype is not None:
+        model.to(dtype=dtype)
     if device.type != "meta":
         model.materialize(device)
     return model

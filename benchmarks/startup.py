@@ -1,0 +1,131 @@
+"""Start-up cost of the zero-import hook: one interpreter, hook armed vs opted out.
+
+Times ``python -c pass`` and ``python -c "import timm"`` in fresh processes, alternating the two
+configurations run by run (so machine load hits both alike), and prints medians and their ratio.
+"Opted out" is the same interpreter with ``TIMM_VITSCRATCH_NO_AUTOLOAD=1``: the ``.pth`` line then
+only reads that variable and imports nothing, which is as close to "plugin not installed" as one
+interpreter gets. Also reported, from ``-X importtime``: the import of the hook module at start-up,
+and the time the armed hook spends importing ``timm_vitscratch`` (the registration) inside
+``import timm``.
+
+    python benchmarks/startup.py [--python PATH] [--runs 40] [--import-runs 10]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Sequence
+
+DISABLE_ENV = "TIMM_VITSCRATCH_NO_AUTOLOAD"
+CHECK_ARMED = "import sys; print(any(type(f).__name__ == 'PostImportHook' for f in sys.meta_path))"
+CHECK_MODELS = "import timm; print(len(timm.list_models('scratch_*')))"
+
+
+def _env(opted_out: bool) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != DISABLE_ENV}
+    if opted_out:
+        env[DISABLE_ENV] = "1"
+    return env
+
+
+def _output(python: str, code: str, opted_out: bool) -> str:
+    return subprocess.run([python, "-c", code], env=_env(opted_out), cwd=tempfile.gettempdir(),
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def time_interleaved(python: str, code: str, runs: int) -> Dict[str, Dict[str, List[float]]]:
+    """Per configuration, wall and CPU (user+sys) seconds of ``python -c code``; configurations alternate.
+
+    CPU time is reported beside wall time because it is far less sensitive to other load on a
+    shared machine.
+    """
+    times = {config: {"wall": [], "cpu": []} for config in ("armed", "opted out")}
+    for run in range(runs):
+        order = ("armed", "opted out") if run % 2 == 0 else ("opted out", "armed")
+        for config in order:
+            env = _env(config == "opted out")
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run([python, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            times[config]["wall"].append(wall)
+            times[config]["cpu"].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return times
+
+
+def hook_module_import_us(python: str, runs: int) -> float:
+    """Median self time (µs) of importing ``timm_vitscratch_autoload`` at start-up (-X importtime)."""
+    samples = []
+    for _ in range(runs):
+        err = subprocess.run([python, "-X", "importtime", "-c", "pass"], env=_env(False), cwd=tempfile.gettempdir(),
+                             capture_output=True, text=True, check=True).stderr
+        for line in err.splitlines():
+            cols = line.split("|")
+            if line.startswith("import time:") and cols[2].strip() == "timm_vitscratch_autoload":
+                samples.append(float(cols[1]))  # cumulative = self: the module imports nothing new
+    if not samples:
+        raise SystemExit(f"{python}: timm_vitscratch_autoload is not imported at start-up; is the package installed?")
+    return statistics.median(samples)
+
+
+def plugin_import_ms(python: str, runs: int) -> float:
+    """Median time (ms) the armed hook spends importing timm_vitscratch inside ``import timm``."""
+    samples = []
+    for _ in range(runs):
+        err = subprocess.run([python, "-X", "importtime", "-c", "import timm"], env=_env(False),
+                             cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True).stderr
+        samples += [float(line.split("|")[1]) / 1e3 for line in err.splitlines()
+                    if line.startswith("import time:") and line.split("|")[2].strip() == "timm_vitscratch"]
+    if not samples:
+        raise SystemExit(f"{python}: `import timm` did not import timm_vitscratch")
+    return statistics.median(samples)
+
+
+def _rows(label: str, times: Dict[str, Dict[str, List[float]]]) -> List[str]:
+    rows = []
+    for kind in ("wall", "cpu"):
+        armed, off = (statistics.median(times[config][kind]) * 1e3 for config in ("armed", "opted out"))
+        rows.append(f"{label if kind == 'wall' else '':<24} {kind:>4} {armed:>10.1f} {off:>10.1f} {armed - off:>+9.1f}"
+                    f" {armed / off:>7.3f} {len(times['armed'][kind]):>5}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable, help="interpreter with timm_vitscratch installed")
+    parser.add_argument("--runs", type=int, default=40, help="runs of `python -c pass` per configuration")
+    parser.add_argument("--import-runs", type=int, default=10, help="runs of `import timm` per configuration (0: skip)")
+    args = parser.parse_args(argv)
+
+    if _output(args.python, CHECK_ARMED, False) != "True" or _output(args.python, CHECK_ARMED, True) != "False":
+        raise SystemExit(f"{args.python}: the timm_vitscratch start-up hook is not installed (or ignores {DISABLE_ENV})")
+    models = {config: _output(args.python, CHECK_MODELS, config == "opted out") for config in ("armed", "opted out")}
+
+    pass_times = time_interleaved(args.python, "pass", args.runs)
+    module_us = hook_module_import_us(args.python, args.runs)
+    if args.import_runs:
+        import_times = time_interleaved(args.python, "import timm", args.import_runs)
+        plugin_ms = plugin_import_ms(args.python, args.import_runs)
+
+    print(f"interpreter: {args.python}  (scratch_* models after `import timm`: armed {models['armed']},"
+          f" opted out {models['opted out']})")
+    print(f"{'median, ms':<29} {'armed':>10} {'opted out':>10} {'diff':>9} {'ratio':>7} {'runs':>5}")
+    print("\n".join(_rows("python -c pass", pass_times)))
+    if args.import_runs:
+        print("\n".join(_rows('python -c "import timm"', import_times)))
+    print(f"timm_vitscratch_autoload import at start-up (-X importtime, median): {module_us:.0f} µs")
+    if args.import_runs:
+        print(f"timm_vitscratch import inside an armed `import timm` (-X importtime, median): {plugin_ms:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

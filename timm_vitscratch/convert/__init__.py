@@ -1,0 +1,17 @@
+"""Weight conversion: timm, torchvision, Hugging Face transformers and JAX checkpoints -> scratch models, and back.
+
+``convert(src, out_dir, ...)`` writes a model directory (``model.safetensors`` + timm's ``config.json``)
+that ``timm.create_model("local-dir:OUT_DIR", pretrained=True)`` loads; ``export(model_dir, to, out)``
+writes the weights back out as a timm or torchvision state dict or a JAX ``.npz``.
+"""
+from ..errors import ConversionError, VerificationError
+from .checkpoint import open_checkpoint
+from .converter import ConversionResult, convert
+from .export import EXPORT_TARGETS, ExportResult, export
+from .formats import SOURCE_NAMES, detect_format
+from .verify import DEFAULT_TOLERANCE
+
+__all__ = [
+    "ConversionError", "ConversionResult", "DEFAULT_TOLERANCE", "EXPORT_TARGETS", "ExportResult", "SOURCE_NAMES",
+    "VerificationError", "convert", "detect_format", "export", "open_checkpoint",
+]

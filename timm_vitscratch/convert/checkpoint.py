@@ -1,0 +1,391 @@
+"""Safe, lazy reading of checkpoints: names, shapes and dtypes first, then one tensor at a time.
+
+Three containers are read:
+
+* safetensors — validated by the safetensors library, then read through a private memory map:
+  tensors are views (nothing copied) and ``release`` gives a written tensor's pages back;
+* ``torch.save`` files (``.pth``, ``.pt``, ``.bin``, timm's ``.pth.tar``) — ``torch.load`` with
+  ``weights_only=True`` (only ``argparse.Namespace`` is allowed besides tensors and containers,
+  for the ``args`` timm's ``train.py`` stores) and ``mmap=True`` for the zip format (pages given back
+  the same way, see ``page_release``);
+* numpy ``.npz`` (JAX) — ``allow_pickle=False``; shapes come from each member's header.
+
+Training checkpoints are unwrapped (``state_dict``, ``model``; ``state_dict_ema`` / ``model_ema``
+with ``ema=True``) and ``module.`` (DDP) / ``_orig_mod.`` (``torch.compile``) prefixes stripped.
+A directory is read as a Hugging Face style model folder (weights file plus ``config.json``).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import mmap
+import os
+import pickle
+import re
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+
+from ..errors import ConversionError
+from .page_release import PageReleaser
+
+WRAPPER_KEYS = ("state_dict", "model")
+EMA_KEYS = ("state_dict_ema", "model_ema")
+KEY_PREFIXES = ("module.", "_orig_mod.")
+NPZ_PREFIXES = ("opt/target/",)
+#: weight files looked for, in order, when the source is a directory
+DIRECTORY_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth", "model.npz")
+
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+NUMPY_DTYPES = {
+    np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
+    np.dtype(np.float16): torch.float16, np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+    np.dtype(np.int16): torch.int16, np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.bool_): torch.bool,
+}
+
+Shape = Tuple[int, ...]
+
+
+class Checkpoint:
+    """A read-only checkpoint: ``keys()``, ``shape(k)``, ``dtype(k)`` up front, ``tensor(k)`` on demand."""
+
+    container = "?"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.wrapper: Optional[str] = None  # e.g. "state_dict_ema" when unwrapped from a train.py checkpoint
+        self.side_config: Dict[str, Any] = {}  # config.json beside the weights, when read from a directory
+        self.preprocess_config: Dict[str, Any] = {}  # preprocessor_config.json (Hugging Face), when present
+        self._raw: Dict[str, str] = {}  # clean name -> name in the file
+        self._shapes: Dict[str, Shape] = {}
+        self._dtypes: Dict[str, torch.dtype] = {}
+
+    # --- what every container provides -----------------------------------------------------------
+    def keys(self) -> List[str]:
+        return list(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def shape(self, key: str) -> Shape:
+        return self._shapes[key]
+
+    def dtype(self, key: str) -> torch.dtype:
+        return self._dtypes[key]
+
+    def meta(self, key: str) -> torch.Tensor:
+        """A storage-less tensor with this entry's shape and dtype (for planning)."""
+        return torch.empty(self._shapes[key], dtype=self._dtypes[key], device="meta")
+
+    def tensor(self, key: str) -> torch.Tensor:
+        """Read one tensor."""
+        try:
+            return self._read(key)
+        except ConversionError:
+            raise
+        except Exception as err:  # a file that changed or broke after it was opened
+            raise ConversionError(f"cannot read tensor {key!r}: {err}", self.path) from None
+
+    def release(self, key: str) -> None:
+        """Say that ``key`` has been consumed, so its memory can be given back."""
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        """Every tensor, in memory (for verification, which builds whole models anyway)."""
+        return {key: self.tensor(key) for key in self._raw}
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- helpers for the containers ----------------------------------------------------------------
+    def _read(self, key: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _set_entries(self, entries: Mapping[str, Tuple[Shape, torch.dtype]], prefixes: Tuple[str, ...]) -> None:
+        for raw_key, (shape, dtype) in entries.items():
+            key = strip_prefixes(raw_key, prefixes)
+            if key in self._raw:
+                raise ConversionError(
+                    f"keys {self._raw[key]!r} and {raw_key!r} both name {key!r} once the "
+                    f"{'/'.join(prefixes)} prefixes are removed", self.path)
+            self._raw[key] = raw_key
+            self._shapes[key] = tuple(int(d) for d in shape)
+            self._dtypes[key] = dtype
+        if not self._raw:
+            raise ConversionError("holds no tensors", self.path)
+
+
+def strip_prefixes(key: str, prefixes: Tuple[str, ...]) -> str:
+    """Remove wrapper prefixes, in any order and nesting (``_orig_mod.module.x`` -> ``x``)."""
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in prefixes:
+            if key.startswith(prefix):
+                key, stripped = key[len(prefix):], True
+    return key
+
+
+class SafetensorsCheckpoint(Checkpoint):
+    container = "safetensors"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        entries = {}
+        try:  # the library validates header, dtypes and byte ranges
+            with safe_open(str(path), framework="pt") as handle:
+                for key in handle.keys():
+                    piece = handle.get_slice(key)
+                    entries[key] = (tuple(piece.get_shape()), piece.get_dtype())
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            raise ConversionError(f"not a valid safetensors file (truncated or corrupt?): {err}", path) from None
+        header_size = struct.unpack("<Q", _read_exactly(path, 0, 8))[0]
+        header = json.loads(_read_exactly(path, 8, header_size))
+        self._data_start = 8 + header_size
+        self._offsets = {key: tuple(header[key]["data_offsets"]) for key in entries}
+        typed = {}
+        for key, (shape, dtype_name) in entries.items():
+            if dtype_name not in SAFETENSORS_DTYPES:
+                raise ConversionError(f"tensor {key!r} has dtype {dtype_name}, which is not supported "
+                                      f"(expected one of {', '.join(SAFETENSORS_DTYPES)})", path)
+            typed[key] = (shape, SAFETENSORS_DTYPES[dtype_name])
+        self._set_entries(typed, KEY_PREFIXES)
+        with open(path, "rb") as handle:
+            # a private (copy-on-write) mapping: tensors are views of it, nothing is copied on read,
+            # and pages of written tensors are given back with madvise
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+
+    def _span(self, key: str) -> Tuple[int, int]:
+        begin, end = self._offsets[self._raw[key]]
+        return self._data_start + begin, end - begin
+
+    def _read(self, key: str) -> torch.Tensor:
+        start, size = self._span(key)
+        shape, dtype = self._shapes[key], self._dtypes[key]
+        if size == 0:
+            return torch.empty(shape, dtype=dtype)
+        count = size // torch.empty((), dtype=dtype).element_size()
+        return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).reshape(shape)
+
+    def release(self, key: str) -> None:
+        start, size = self._span(key)
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside this tensor only
+        last = (start + size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first and hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+        except BufferError:  # tensors handed out still view the mapping; it closes when they are freed
+            pass
+
+
+class TorchCheckpoint(Checkpoint):
+    container = "torch"
+
+    def __init__(self, path: Path, ema: bool, is_zip: bool) -> None:
+        super().__init__(path)
+        obj = _torch_load(path, mmap=is_zip)
+        state_dict, self.wrapper = _unwrap(obj, ema, path)
+        self._tensors = state_dict
+        self._set_entries({k: (tuple(v.shape), v.dtype) for k, v in state_dict.items()}, KEY_PREFIXES)
+        self._pages = PageReleaser(str(path)) if is_zip else None
+
+    def _read(self, key: str) -> torch.Tensor:
+        return self._tensors[self._raw[key]]
+
+    def release(self, key: str) -> None:
+        if self._pages is not None:
+            self._pages.release(self._tensors[self._raw[key]])
+
+    def close(self) -> None:
+        self._tensors = {}
+
+
+class NpzCheckpoint(Checkpoint):
+    container = "npz"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        try:
+            self._npz = np.load(path, allow_pickle=False)
+            if not isinstance(self._npz, np.lib.npyio.NpzFile):
+                raise ConversionError("is a single .npy array, not an .npz archive of named arrays", path)
+            entries = {key: _npy_header(self._npz.zip, key + ".npy", path) for key in self._npz.files}
+        except ConversionError:
+            raise
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as err:
+            raise ConversionError(f"not a readable .npz archive (truncated or corrupt?): {err}", path) from None
+        self._set_entries(entries, NPZ_PREFIXES)
+
+    def _read(self, key: str) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(self._npz[self._raw[key]]))
+
+    def close(self) -> None:
+        self._npz.close()
+
+
+def _read_exactly(path: Path, offset: int, size: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read(size)
+    if len(data) != size:
+        raise ConversionError("is truncated", path)
+    return data
+
+
+def _npy_header(archive: zipfile.ZipFile, member: str, path: Path) -> Tuple[Shape, torch.dtype]:
+    with archive.open(member) as handle:
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+    if dtype.hasobject or dtype not in NUMPY_DTYPES:
+        raise ConversionError(f"array {member[:-4]!r} has dtype {dtype}, which is not a plain numeric array "
+                              f"(object arrays are pickles and are never loaded)", path)
+    return tuple(shape), NUMPY_DTYPES[dtype]
+
+
+def _torch_load(path: Path, mmap: bool) -> Any:
+    # timm's train.py stores its argparse.Namespace under "args": the one non-tensor global allowed
+    allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
+    try:
+        with allow([argparse.Namespace]) if allow else contextlib.nullcontext():
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL\s+([\w.]+)", str(err))
+        unsafe = f"it asks for {found.group(1)}" if found else str(err).strip().split("\n")[0]
+        raise ConversionError(
+            f"refused to unpickle: it needs more than tensors ({unsafe}). Checkpoints are loaded with "
+            f"torch.load(weights_only=True), which never runs code from the file. If this is a whole model "
+            f"saved with torch.save(model), save model.state_dict() instead", path) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, TypeError) as err:
+        first = str(err).strip().split("\n")[0]
+        raise ConversionError(f"not a readable torch checkpoint (truncated or corrupt?): {first}", path) from None
+
+
+def _describe(obj: Any) -> str:
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def _unwrap(obj: Any, ema: bool, path: Path) -> Tuple[Dict[str, torch.Tensor], Optional[str]]:
+    """The state dict inside a checkpoint: itself, or under state_dict/model (or the EMA keys)."""
+    if not isinstance(obj, Mapping):
+        raise ConversionError(f"holds {_describe(obj)}, not a state dict (a mapping of parameter names to "
+                              f"tensors)", path)
+    wrapper = None
+    if ema:
+        wrapper = next((k for k in EMA_KEYS if isinstance(obj.get(k), Mapping)), None)
+        if wrapper is None:
+            raise ConversionError(f"EMA weights requested but there is no {' or '.join(EMA_KEYS)} in it "
+                                  f"(top-level keys: {_key_list(obj)})", path)
+    elif not any(isinstance(v, torch.Tensor) for v in obj.values()):
+        wrapper = next((k for k in WRAPPER_KEYS if isinstance(obj.get(k), Mapping)), None)
+    state_dict = obj[wrapper] if wrapper else obj
+    for key, value in state_dict.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            where = f" under {wrapper!r}" if wrapper else ""
+            raise ConversionError(
+                f"is not a state dict: entry {key!r}{where} is {_describe(value)}, not a tensor (expected a "
+                f"mapping of parameter names to tensors, or a training checkpoint holding one under "
+                f"{' / '.join(WRAPPER_KEYS + EMA_KEYS)}; top-level keys: {_key_list(obj)})", path)
+    return dict(state_dict), wrapper
+
+
+def _key_list(obj: Mapping, limit: int = 8) -> str:
+    keys = [repr(k) for k in list(obj)[:limit]]
+    return ", ".join(keys) + (", ..." if len(obj) > limit else "") if keys else "none"
+
+
+def _sniff(path: Path) -> str:
+    """Which container a file is, from its first bytes (not its name)."""
+    with open(path, "rb") as handle:
+        head = handle.read(9)
+    if not head:
+        raise ConversionError("is empty", path)
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError) as err:
+            raise ConversionError(f"is a damaged zip archive (truncated?): {err}", path) from None
+        if any(name.endswith("data.pkl") for name in names):
+            return "torch-zip"
+        if names and all(name.endswith(".npy") for name in names):
+            return "npz"
+        raise ConversionError("is a zip archive that is neither a torch.save file nor a numpy .npz", path)
+    if len(head) == 9 and head[8:9] == b"{":
+        return "safetensors"
+    if head[0] == 0x80:  # pickle protocol marker: torch.save's legacy (non-zip) format
+        return "torch-legacy"
+    raise ConversionError("is not a checkpoint format that can be read: expected safetensors, a torch.save "
+                          "file (.pth/.pt/.bin) or a numpy .npz", path)
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConversionError(f"is not valid JSON: {err}", path) from None
+    if not isinstance(value, dict):
+        raise ConversionError("does not hold a JSON object", path)
+    return value
+
+
+def weights_file(directory: Path) -> Path:
+    for name in DIRECTORY_WEIGHTS:
+        if (directory / name).is_file():
+            return directory / name
+    raise ConversionError(f"is a directory without a weights file (looked for {', '.join(DIRECTORY_WEIGHTS)})",
+                          directory)
+
+
+def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
+    """Open a checkpoint file or model directory for lazy, safe reading."""
+    path = Path(path)
+    if not path.exists():
+        raise ConversionError("does not exist", path)
+    side_config: Dict[str, Any] = {}
+    preprocess: Dict[str, Any] = {}
+    if path.is_dir():
+        directory, path = path, weights_file(path)
+        if (directory / "config.json").is_file():
+            side_config = _read_json(directory / "config.json")
+        if (directory / "preprocessor_config.json").is_file():
+            preprocess = _read_json(directory / "preprocessor_config.json")
+    try:
+        kind = _sniff(path)
+    except OSError as err:
+        raise ConversionError(f"cannot be read: {err.strerror}", path) from None
+    if kind.startswith("torch"):
+        checkpoint: Checkpoint = TorchCheckpoint(path, ema, is_zip=kind == "torch-zip")
+    elif ema:
+        raise ConversionError(f"EMA weights requested, but a {kind} file holds one set of weights; EMA weights "
+                              f"come from a train.py checkpoint's state_dict_ema", path)
+    elif kind == "safetensors":
+        checkpoint = SafetensorsCheckpoint(path)
+    else:
+        checkpoint = NpzCheckpoint(path)
+    checkpoint.side_config = side_config
+    checkpoint.preprocess_config = preprocess
+    return checkpoint
+

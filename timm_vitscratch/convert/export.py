@@ -1,0 +1,121 @@
+"""``export()``: a scratch model directory -> a stock timm / torchvision state dict or Google's JAX ``.npz``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Union
+
+import torch
+
+from ..counting import build_on_meta
+from ..errors import ConversionError
+from ..files import PathLike, sha256_file
+from ..hub_format import METADATA_KEY, WEIGHTS_NAME, read_config
+from ..variants import ARCHITECTURES
+from .checkpoint import open_checkpoint
+from .formats import formats
+from .keymap import available
+from .plan import meta_output, parse_dtype
+from .variant import Arch
+from .writer import TensorSpec, write_npz, write_safetensors, write_torch
+
+EXPORT_TARGETS = ("timm", "torchvision", "jax")
+
+
+@dataclass
+class ExportResult:
+    out: Path
+    target: str
+    model_name: str
+    tensors: int
+    notes: List[str]
+
+
+def arch_of(model: torch.nn.Module) -> Arch:
+    """The architecture facts of one of our models (built on meta)."""
+    embed = model.patch_embed.proj.weight.shape
+    return Arch(
+        patch_size=model.patch_embed.patch_size[0], embed_dim=embed[0], depth=len(model.blocks),
+        num_heads=model.blocks[0].attn.num_heads, in_chans=embed[1], grid=model.patch_embed.grid_size,
+        num_classes=model.num_classes,
+        representation_size=model.pre_logits.fc.out_features if hasattr(model.pre_logits, "fc") else None,
+        distilled=model.distilled, mlp_hidden=model.blocks[0].mlp.fc1.out_features, norm_eps=model.norm.eps,
+    )
+
+
+def _load_model_dir(model_dir: Path):
+    try:
+        config = read_config(model_dir)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConversionError(str(err)) from None
+    name = config.get("architecture")
+    if name not in ARCHITECTURES:
+        raise ConversionError(f"config.json names architecture {name!r}, which is not a scratch model "
+                              f"(expected one of {', '.join(ARCHITECTURES)})", model_dir)
+    weights = model_dir / WEIGHTS_NAME
+    if not weights.is_file():
+        raise ConversionError(f"{WEIGHTS_NAME} not found", model_dir)
+    expected = config.get(METADATA_KEY, {}).get("sha256")
+    if expected and sha256_file(weights) != expected:
+        raise ConversionError(f"{WEIGHTS_NAME} does not match the sha256 recorded in config.json (changed or "
+                              f"corrupt since it was written)", weights)
+    try:
+        model = build_on_meta(name, **config.get("model_args", {}))
+    except (TypeError, ValueError) as err:
+        raise ConversionError(f"config.json's model_args do not build {name}: {err}", model_dir) from None
+    return name, model, weights
+
+
+def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.dtype, None] = None) -> ExportResult:
+    """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision) or ``.npz`` (jax).
+
+    The output format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
+    a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory.
+    """
+    model_dir, out = Path(model_dir), Path(out)
+    if to not in EXPORT_TARGETS:
+        raise ConversionError(f"unknown export target {to!r}; expected one of {', '.join(EXPORT_TARGETS)}")
+    fmt = formats()[to]
+    suffix = out.suffix.lower()
+    if suffix not in fmt.export_suffixes:
+        raise ConversionError(f"{to} export writes {' or '.join(fmt.export_suffixes)} files; got {out.name!r}", out)
+    out_dtype = parse_dtype(dtype)
+    name, model, weights = _load_model_dir(model_dir)
+    arch = arch_of(model)
+    notes = []
+    if to != "timm" and model.global_pool != "token":
+        raise ConversionError(f"{fmt.library} classifies from the class token; this model pools with "
+                              f"global_pool={model.global_pool!r}")
+    if to == "torchvision" and arch.num_classes == 0:
+        raise ConversionError("torchvision's VisionTransformer always has a classifier; this model has none")
+    if arch.norm_eps != 1e-6:
+        notes.append(f"this model's LayerNorm eps is {arch.norm_eps:g}; {fmt.library} models use 1e-6")
+    expected = model.state_dict()
+    with open_checkpoint(weights) as checkpoint:
+        keys = set(checkpoint.keys())
+        if keys != set(expected):
+            raise ConversionError(f"{WEIGHTS_NAME} does not hold {name}'s tensors (missing "
+                                  f"{sorted(set(expected) - keys)[:5]}, unexpected {sorted(keys - set(expected))[:5]})",
+                                  weights)
+        rules = fmt.export_map(arch, keys)
+        specs = []
+        for target, rule in rules.items():
+            if not available(rule, keys):
+                raise ConversionError(f"cannot export {target!r}: {WEIGHTS_NAME} lacks {rule.sources}", weights)
+            shaped = meta_output(rule, checkpoint, target)
+            specs.append(TensorSpec(target, tuple(shaped.shape), out_dtype or shaped.dtype))
+
+        def produce(spec: TensorSpec) -> torch.Tensor:
+            rule = rules[spec.name]
+            return rule.op(*[checkpoint.tensor(s) for s in rule.sources]).to(spec.dtype).contiguous()
+
+        try:
+            if suffix == ".safetensors":
+                write_safetensors(out, specs, produce)
+            elif suffix == ".npz":
+                write_npz(out, specs, produce)
+            else:
+                write_torch(out, specs, produce)
+        except OSError as err:
+            raise ConversionError(f"cannot write the export: {err}", out) from None
+    return ExportResult(out, to, name, len(specs), notes)

@@ -1,0 +1,143 @@
+"""What every checkpoint format provides, the registry of formats, and detection by key names."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import torch
+from torch import nn
+
+from ..errors import ConversionError
+from .checkpoint import Checkpoint
+from .keymap import KeyMap, block_indices
+from .variant import Arch
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Resample:
+    """How a format's own library resamples a position table (we match it so verification holds)."""
+
+    interpolation: str = "bicubic"
+    antialias: bool = True
+    align_corners: Optional[bool] = None
+
+    def kwargs(self) -> Dict[str, Any]:
+        return dict(interpolation=self.interpolation, antialias=self.antialias, align_corners=self.align_corners)
+
+
+@dataclass
+class ReferenceSpec:
+    """What a reference (source-library) model must be built for."""
+
+    arch: Arch
+    img_size: Tuple[int, int]  # the converted model's input size (the source's, unless resampled)
+    round_to: Optional[torch.dtype] = None  # weights rounded to the output dtype, then computed in fp32
+
+
+class SourceFormat:
+    """A checkpoint layout: detection, key map to our names, side-config hints, reference model, export."""
+
+    name = "?"
+    library = "?"  # the library that defines the layout, for messages
+    reference_name = "?"  # what --verify compares against
+    block_pattern = r"^$"  # one group capturing the block number
+    example_keys: Tuple[str, ...] = ()
+    resample = Resample()
+    export_suffixes: Tuple[str, ...] = ()
+
+    def detect(self, keys: Set[str]) -> bool:
+        raise NotImplementedError
+
+    def depth(self, keys: Set[str]) -> int:
+        indices = block_indices(keys, self.block_pattern)
+        missing = sorted(set(range(max(indices) + 1)) - set(indices)) if indices else []
+        if missing:
+            raise ConversionError(f"missing keys: block(s) {missing} absent while block {max(indices)} is present")
+        return len(indices)
+
+    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+        raise NotImplementedError
+
+    def ignorable_keys(self, checkpoint: Checkpoint) -> Set[str]:
+        """Keys that are identity for our model and may be dropped; raise for features we cannot hold."""
+        return set()
+
+    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+        """Architecture facts shapes cannot give (heads, norm eps, image size), from side configs."""
+        return {}
+
+    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+        """pretrained_cfg entries (mean, std, ...) the weights were trained with, when known."""
+        return {}
+
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+        """The source model built by its own library, loaded with the checkpoint, in eval mode."""
+        raise NotImplementedError
+
+    # --- export -------------------------------------------------------------------------------------
+    def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
+        raise ConversionError(f"export to {self.name} is not supported")
+
+
+def round_parameters(module: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
+    """Round every floating parameter/buffer to ``dtype`` and back, as a conversion to ``dtype`` does."""
+    if dtype is not None and dtype != torch.float32:
+        with torch.no_grad():
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                if tensor.is_floating_point():
+                    tensor.copy_(tensor.to(dtype).float())
+    return module
+
+
+def without_init(cls: Callable[..., nn.Module], **kwargs: Any) -> nn.Module:
+    """Build ``cls(**kwargs)`` with uninitialised CPU storage: every tensor is loaded right after, so
+    running the library's (slow) random init would be wasted work."""
+    with torch.device("meta"):
+        model = cls(**kwargs)
+    return model.to_empty(device="cpu")
+
+
+_REGISTRY: Dict[str, SourceFormat] = {}
+
+
+def register(fmt: SourceFormat) -> SourceFormat:
+    _REGISTRY[fmt.name] = fmt
+    return fmt
+
+
+def formats() -> Dict[str, SourceFormat]:
+    from . import jax_format, timm_format, torchvision_format, transformers_format  # noqa: F401  (registers)
+
+    return dict(_REGISTRY)
+
+
+SOURCE_NAMES = ("timm", "torchvision", "transformers", "jax")
+
+
+def _sample(keys: Set[str], limit: int = 6) -> str:
+    ordered = sorted(keys)
+    return ", ".join(repr(k) for k in ordered[:limit]) + (", ..." if len(ordered) > limit else "")
+
+
+def detect_format(checkpoint: Checkpoint, requested: str = "auto") -> Tuple[SourceFormat, bool]:
+    """The checkpoint's format and whether it was detected (True) or given (False)."""
+    registry = formats()
+    if requested != "auto" and requested not in registry:
+        raise ConversionError(f"unknown source format {requested!r}; expected auto or one of "
+                              f"{', '.join(SOURCE_NAMES)}")
+    keys = set(checkpoint.keys())
+    found: List[SourceFormat] = [fmt for fmt in registry.values() if fmt.detect(keys)]
+    if requested == "auto":
+        if len(found) == 1:
+            return found[0], True
+        expected = "; ".join(f"{f.name}: {', '.join(f.example_keys)}" for f in registry.values())
+        raise ConversionError(f"cannot tell the checkpoint format from its keys ({_sample(keys)}); expected the "
+                              f"keys of one of — {expected}. Pass --from to say which", checkpoint.path)
+    fmt = registry[requested]
+    if fmt not in found:
+        seen = f" (its keys look like {found[0].name})" if found else ""
+        raise ConversionError(f"--from {requested}: the keys are not {fmt.library}'s ViT layout{seen}; expected keys "
+                              f"such as {', '.join(fmt.example_keys)}, found {_sample(keys)}", checkpoint.path)
+    return fmt, False

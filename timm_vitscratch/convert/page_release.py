@@ -1,0 +1,75 @@
+"""Give back the pages of a memory-mapped checkpoint once a tensor has been written.
+
+A tensor read through ``torch.load(mmap=True)`` lives in a file mapping; every page it touched
+stays in the process's resident set until the mapping goes away, so reading a whole checkpoint
+that way ends with the whole file resident. ``madvise(MADV_DONTNEED)`` drops those pages (they
+are clean file pages: touching them again just reads the file again). This is only ever applied
+to address ranges that ``/proc/self/maps`` shows belong to the checkpoint file's own mapping, so
+anonymous memory (which ``MADV_DONTNEED`` would zero) is never touched.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+from typing import List, Tuple
+
+import torch
+
+_MADV_DONTNEED = 4
+
+
+def _libc_madvise():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+_MADVISE = _libc_madvise()
+
+
+def file_mappings(path: str) -> List[Tuple[int, int]]:
+    """Address ranges this process has mapped from ``path`` (Linux; empty elsewhere)."""
+    target = os.path.realpath(path)
+    ranges = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].strip() == target:
+                    start, end = (int(v, 16) for v in parts[0].split("-"))
+                    ranges.append((start, end))
+    except OSError:
+        return []
+    return ranges
+
+
+class PageReleaser:
+    """Drops the resident pages of tensors that live inside the mappings of one file."""
+
+    def __init__(self, path: str) -> None:
+        self.ranges = file_mappings(path) if _MADVISE is not None else []
+
+    def release(self, tensor: torch.Tensor) -> None:
+        if not self.ranges:
+            return
+        storage = tensor.untyped_storage()
+        start, length = storage.data_ptr(), storage.nbytes()
+        if length == 0:
+            return
+        page = mmap.PAGESIZE
+        # only whole pages strictly inside the storage: neighbours may be still in use
+        first = -(-start // page) * page
+        last = (start + length) // page * page
+        if last <= first:
+            return
+        if any(lo <= first and last <= hi for lo, hi in self.ranges):
+            _MADVISE(first, last - first, _MADV_DONTNEED)

@@ -1,0 +1,147 @@
+"""Planning a conversion: every check that needs no tensor data, done before anything is written.
+
+The plan says which format the checkpoint is, which variant it becomes (with the ``model_args``
+that rebuild it exactly), and for every tensor of our model the source keys and operation that make
+it, with its final shape and dtype. Missing keys, unexpected keys and shapes that do not fit are
+all reported here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import torch
+from timm.layers import resample_abs_pos_embed
+from torch import nn
+
+from ..counting import build_on_meta
+from ..errors import ConversionError
+from .checkpoint import Checkpoint
+from .formats import SourceFormat
+from .keymap import KeyMap, Rule, available
+from .variant import Arch, choose_variant, infer_arch, model_args
+from .writer import TensorSpec
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class Target:
+    spec: TensorSpec
+    rule: Rule
+
+
+@dataclass
+class ConversionPlan:
+    fmt: SourceFormat
+    arch: Arch
+    model_name: str
+    model_args: Dict[str, Any]
+    img_size: Tuple[int, int]
+    meta_model: nn.Module
+    targets: List[Target]
+    ignored: Set[str] = field(default_factory=set)
+
+    @property
+    def specs(self) -> List[TensorSpec]:
+        return [t.spec for t in self.targets]
+
+    @property
+    def resampled(self) -> bool:
+        return tuple(self.img_size) != tuple(self.arch.img_size)
+
+
+def parse_dtype(dtype: Any) -> Optional[torch.dtype]:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        if dtype is not None and dtype not in DTYPES.values():
+            raise ConversionError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+        return dtype
+    if dtype not in DTYPES:
+        raise ConversionError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def _pair(size: Any) -> Optional[Tuple[int, int]]:
+    if size is None:
+        return None
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
+        raise ConversionError(f"img_size must be a positive int or a (height, width) pair, got {size!r}")
+    return pair  # type: ignore[return-value]
+
+
+def _list(keys: List[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
+
+
+def meta_output(rule: Rule, checkpoint: Checkpoint, target: str) -> torch.Tensor:
+    """Run a rule on storage-less tensors: the output's shape and dtype, or a clear error."""
+    try:
+        return rule.op(*[checkpoint.meta(s) for s in rule.sources])
+    except (RuntimeError, ValueError, IndexError, TypeError) as err:
+        shapes = ", ".join(f"{s} {checkpoint.shape(s)}" for s in rule.sources)
+        raise ConversionError(f"cannot make {target!r} from {shapes}: the shapes do not fit ({err})") from None
+
+
+def _resampler(fmt: SourceFormat, arch: Arch, img_size: Tuple[int, int]):
+    grid = [img_size[0] // arch.patch_size, img_size[1] // arch.patch_size]
+
+    def resample(pos: torch.Tensor) -> torch.Tensor:
+        return resample_abs_pos_embed(pos, new_size=grid, old_size=list(arch.grid),
+                                      num_prefix_tokens=arch.num_prefix_tokens, **fmt.resample.kwargs())
+
+    return resample
+
+
+def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[str] = None,
+                    img_size: Any = None, dtype: Optional[torch.dtype] = None) -> ConversionPlan:
+    keys = set(checkpoint.keys())
+    ignored = fmt.ignorable_keys(checkpoint)
+    depth = fmt.depth(keys)
+    rules: KeyMap = fmt.key_map(keys, depth)
+    shapes = {target: tuple(meta_output(rule, checkpoint, target).shape)
+              for target, rule in rules.items() if available(rule, keys)}
+    sources = {target: rule.sources for target, rule in rules.items()}
+    arch = infer_arch(shapes, depth, fmt.hints(checkpoint, keys), sources)
+    name = choose_variant(arch, model)
+    arch.num_heads = arch.num_heads or _variant_heads(name)
+    target_size = _pair(img_size) or arch.img_size
+    for side in target_size:
+        if side % arch.patch_size:
+            raise ConversionError(f"img_size {target_size} is not a multiple of the patch size {arch.patch_size}")
+    args = model_args(arch, name, target_size)
+    try:
+        meta_model = build_on_meta(name, pretrained_cfg_overlay=fmt.preprocessing(checkpoint), **args)
+    except (ValueError, TypeError) as err:
+        raise ConversionError(f"the shapes describe a model timm cannot build ({name} with {args}): {err}") from None
+
+    targets, missing = [], []
+    for target, expected in meta_model.state_dict().items():
+        rule = rules.get(target)
+        if rule is None or not available(rule, keys):
+            missing.extend([s for s in rule.sources if s not in keys] if rule else [target])
+            continue
+        if target == "pos_embed" and tuple(target_size) != tuple(arch.img_size):
+            rule = rule.then(_resampler(fmt, arch, target_size))
+        out = meta_output(rule, checkpoint, target)
+        if tuple(out.shape) != tuple(expected.shape):
+            raise ConversionError(f"{_list(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "
+                                  f"{name} ({arch.describe()}) needs {tuple(expected.shape)} for {target!r}")
+        out_dtype = dtype if dtype is not None and out.dtype.is_floating_point else out.dtype
+        targets.append(Target(TensorSpec(target, tuple(expected.shape), out_dtype), rule))
+    if missing:
+        raise ConversionError(f"missing keys for a {name} in {fmt.name} layout: {_list(sorted(set(missing)))}",
+                              checkpoint.path)
+    used = {s for t in targets for s in t.rule.sources} | ignored
+    unexpected = sorted(keys - used)
+    if unexpected:
+        raise ConversionError(f"unexpected keys (no place for them in {name}, {arch.describe()}): "
+                              f"{_list(unexpected)}", checkpoint.path)
+    return ConversionPlan(fmt, arch, name, args, tuple(target_size), meta_model, targets, ignored)
+
+
+def _variant_heads(name: str) -> int:
+    from ..variants import ARCHITECTURES
+
+    return ARCHITECTURES[name]["num_heads"]

@@ -1,0 +1,88 @@
+"""torchvision ``vit_*`` state dicts (``conv_proj``, ``encoder.layers.encoder_layer_N``, ``heads``).
+
+torchvision's ``in_proj_weight`` is q, k, v stacked by rows, exactly our fused ``qkv``; every tensor
+is a rename. Both MLP namings are read: ``mlp.0`` / ``mlp.3`` and the older ``mlp.linear_1`` /
+``mlp.linear_2``. Export writes the current names.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Set
+
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+from ..errors import ConversionError
+from .checkpoint import Checkpoint
+from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
+from .keymap import KeyMap, Rule, invert_renames, weight_and_bias
+from .variant import Arch
+
+LAYER = "encoder.layers.encoder_layer_{}."
+
+
+class TorchvisionFormat(SourceFormat):
+    name = "torchvision"
+    library = "torchvision"
+    reference_name = "torchvision's VisionTransformer"
+    block_pattern = r"^encoder\.layers\.encoder_layer_(\d+)\."
+    example_keys = ("conv_proj.weight", "class_token", "encoder.pos_embedding")
+    # torchvision's interpolate_embeddings: bicubic, align_corners=True, no antialias
+    resample = Resample("bicubic", antialias=False, align_corners=True)
+    export_suffixes = (".pth", ".pt", ".safetensors")
+
+    def detect(self, keys: Set[str]) -> bool:
+        return "conv_proj.weight" in keys and "encoder.pos_embedding" in keys
+
+    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+        rules: KeyMap = {"cls_token": Rule.rename("class_token"), "pos_embed": Rule.rename("encoder.pos_embedding")}
+        weight_and_bias(rules, "patch_embed.proj", "conv_proj")
+        for i in range(depth):
+            src, dst = LAYER.format(i), f"blocks.{i}."
+            legacy = f"{src}mlp.linear_1.weight" in keys and f"{src}mlp.0.weight" not in keys
+            fc1, fc2 = ("mlp.linear_1", "mlp.linear_2") if legacy else ("mlp.0", "mlp.3")
+            weight_and_bias(rules, dst + "norm1", src + "ln_1")
+            rules[dst + "attn.qkv.weight"] = Rule.rename(src + "self_attention.in_proj_weight")
+            rules[dst + "attn.qkv.bias"] = Rule.rename(src + "self_attention.in_proj_bias")
+            weight_and_bias(rules, dst + "attn.proj", src + "self_attention.out_proj")
+            weight_and_bias(rules, dst + "norm2", src + "ln_2")
+            weight_and_bias(rules, dst + "mlp.fc1", src + fc1)
+            weight_and_bias(rules, dst + "mlp.fc2", src + fc2)
+        weight_and_bias(rules, "norm", "encoder.ln")
+        weight_and_bias(rules, "pre_logits.fc", "heads.pre_logits")
+        weight_and_bias(rules, "head", "heads.head")
+        return rules
+
+    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+        # torchvision's ViT weights: resize 256 (bilinear), centre crop 224, ImageNet mean/std
+        return dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, interpolation="bilinear",
+                    crop_pct=224 / 256)
+
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+        from torchvision.models.vision_transformer import VisionTransformer, interpolate_embeddings
+
+        arch = spec.arch
+        if spec.img_size[0] != spec.img_size[1] or arch.in_chans != 3:
+            raise ConversionError("torchvision's VisionTransformer takes square 3-channel images only; cannot verify")
+        model = without_init(
+            VisionTransformer, image_size=spec.img_size[0], patch_size=arch.patch_size, num_layers=arch.depth,
+            num_heads=arch.num_heads, hidden_dim=arch.embed_dim, mlp_dim=arch.mlp_hidden,
+            num_classes=arch.num_classes, representation_size=arch.representation_size,
+        )
+        state_dict = checkpoint.state_dict()
+        if spec.img_size != arch.img_size:
+            state_dict = interpolate_embeddings(spec.img_size[0], arch.patch_size, state_dict)
+        model.load_state_dict(state_dict, strict=True)
+        return round_parameters(model.eval(), spec.round_to)
+
+    def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
+        if arch.distilled:
+            raise ConversionError("torchvision's VisionTransformer has no distillation token; a distilled DeiT "
+                                  "cannot be exported to it (export to timm instead)")
+        if arch.in_chans != 3:
+            raise ConversionError(f"torchvision's VisionTransformer takes 3 input channels, this model {arch.in_chans}")
+        if arch.grid[0] != arch.grid[1]:
+            raise ConversionError("torchvision's VisionTransformer takes square images only")
+        inverse = invert_renames(self.key_map(set(), arch.depth))
+        return {target: rule for target, rule in inverse.items() if rule.sources[0] in keys}
+
+
+FORMAT = register(TorchvisionFormat())

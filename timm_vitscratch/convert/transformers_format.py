@@ -1,0 +1,196 @@
+"""Hugging Face transformers ``ViTForImageClassification`` / ``ViTModel`` / ``DeiTForImageClassificationWithTeacher``.
+
+Two namings are read. Checkpoints on the Hub store the original names
+(``vit.encoder.layer.N.attention.attention.query``, ``attention.output.dense``,
+``intermediate.dense``, ``output.dense``); transformers 5 renames them when loading to its module
+names (``vit.layers.N.attention.q_proj`` … ``o_proj``, ``mlp.fc1``, ``mlp.fc2``). Separate q, k, v
+projections are stacked into our fused ``qkv``. A ``ViTModel`` pooler (Linear + Tanh on the class
+token) is our representation layer.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, Set
+
+import torch
+from safetensors.torch import save_file
+
+from ..errors import ConversionError
+from .checkpoint import Checkpoint
+from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters
+from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
+
+PREFIXES = ("vit.", "deit.", "")
+#: transformers' own ViTConfig default; a bare state dict without config.json was made with it
+TRANSFORMERS_NORM_EPS = 1e-12
+LEGACY_BLOCK = dict(q="attention.attention.query", k="attention.attention.key", v="attention.attention.value",
+                    o="attention.output.dense", fc1="intermediate.dense", fc2="output.dense")
+CURRENT_BLOCK = dict(q="attention.q_proj", k="attention.k_proj", v="attention.v_proj",
+                     o="attention.o_proj", fc1="mlp.fc1", fc2="mlp.fc2")
+
+
+def model_prefix(keys: Set[str]) -> str:
+    for prefix in PREFIXES:
+        if f"{prefix}embeddings.patch_embeddings.projection.weight" in keys:
+            return prefix
+    return ""
+
+
+def is_legacy(keys: Set[str], prefix: str) -> bool:
+    return any(k.startswith(f"{prefix}encoder.layer.") for k in keys)
+
+
+class TransformersFormat(SourceFormat):
+    name = "transformers"
+    library = "Hugging Face transformers"
+    reference_name = "transformers' model"
+    block_pattern = r"^(?:vit\.|deit\.)?(?:encoder\.layer|layers)\.(\d+)\."
+    example_keys = ("vit.embeddings.patch_embeddings.projection.weight", "vit.encoder.layer.0.attention.attention"
+                    ".query.weight (or vit.layers.0.attention.q_proj.weight)")
+    resample = Resample("bicubic", antialias=False)  # ViTEmbeddings.interpolate_pos_encoding
+
+    def detect(self, keys: Set[str]) -> bool:
+        return any(f"{p}embeddings.patch_embeddings.projection.weight" in keys for p in PREFIXES)
+
+    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+        prefix = model_prefix(keys)
+        names = LEGACY_BLOCK if is_legacy(keys, prefix) else CURRENT_BLOCK
+        layer = f"{prefix}encoder.layer.{{}}." if names is LEGACY_BLOCK else f"{prefix}layers.{{}}."
+        emb = f"{prefix}embeddings."
+        rules: KeyMap = {
+            "cls_token": Rule.rename(emb + "cls_token"),
+            "dist_token": Rule.rename(emb + "distillation_token"),
+            "pos_embed": Rule.rename(emb + "position_embeddings"),
+        }
+        weight_and_bias(rules, "patch_embed.proj", emb + "patch_embeddings.projection")
+        for i in range(depth):
+            src, dst = layer.format(i), f"blocks.{i}."
+            weight_and_bias(rules, dst + "norm1", src + "layernorm_before")
+            for part in ("weight", "bias"):
+                qkv = tuple(f"{src}{names[n]}.{part}" for n in "qkv")
+                rules[f"{dst}attn.qkv.{part}"] = Rule(qkv, concat_rows)
+            weight_and_bias(rules, dst + "attn.proj", src + names["o"])
+            weight_and_bias(rules, dst + "norm2", src + "layernorm_after")
+            weight_and_bias(rules, dst + "mlp.fc1", src + names["fc1"])
+            weight_and_bias(rules, dst + "mlp.fc2", src + names["fc2"])
+        weight_and_bias(rules, "norm", prefix + "layernorm")
+        weight_and_bias(rules, "pre_logits.fc", prefix + "pooler.dense")
+        head = "cls_classifier" if "cls_classifier.weight" in keys else "classifier"
+        weight_and_bias(rules, "head", head)
+        weight_and_bias(rules, "head_dist", "distillation_classifier")
+        return rules
+
+    def ignorable_keys(self, checkpoint: Checkpoint) -> Set[str]:
+        keys = set(checkpoint.keys())
+        prefix = model_prefix(keys)
+        distilled = f"{prefix}embeddings.distillation_token" in keys
+        if distilled and "classifier.weight" in keys:
+            raise ConversionError("this is a DeiTForImageClassification (distillation token, one classifier on the "
+                                  "class token only); only DeiTForImageClassificationWithTeacher converts",
+                                  checkpoint.path)
+        if distilled and f"{prefix}pooler.dense.weight" in keys:
+            raise ConversionError("a DeiT model with a pooler has no scratch equivalent (distilled models have no "
+                                  "representation layer)", checkpoint.path)
+        return set()
+
+    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+        config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
+        if config.get("hidden_act", "gelu") != "gelu" or config.get("pooler_act", "tanh") != "tanh":
+            raise ConversionError(f"config.json asks for activations hidden_act={config.get('hidden_act')!r}, "
+                                  f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
+                                  checkpoint.path)
+        try:
+            hints: Dict[str, Any] = {"norm_eps": float(config.get("layer_norm_eps", TRANSFORMERS_NORM_EPS))}
+            if "num_attention_heads" in config:
+                hints["num_heads"] = int(config["num_attention_heads"])
+            if "image_size" in config:
+                size = config["image_size"]
+                hints["img_size"] = (int(size), int(size)) if isinstance(size, (int, float)) else tuple(
+                    int(v) for v in size)
+                if len(hints["img_size"]) != 2:
+                    raise ValueError(f"image_size {size!r} is neither a number nor a pair")
+        except (TypeError, ValueError) as err:
+            raise ConversionError(f"config.json beside the weights is not a usable ViT config: {err}",
+                                  checkpoint.path) from None
+        return hints
+
+    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+        processor = checkpoint.preprocess_config
+        cfg: Dict[str, Any] = {}
+        if "image_mean" in processor and "image_std" in processor:
+            cfg.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
+        if processor and not processor.get("do_center_crop", False):
+            cfg["crop_pct"] = 1.0  # the processor resizes straight to the input size
+        return cfg
+
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+        import transformers
+
+        keys = set(checkpoint.keys())
+        arch = spec.arch
+        prefix = model_prefix(keys)
+        if "cls_classifier.weight" in keys:
+            cls, output = transformers.DeiTForImageClassificationWithTeacher, "logits"
+        elif "classifier.weight" in keys:
+            cls, output = transformers.ViTForImageClassification, "logits"
+        else:
+            cls = transformers.DeiTModel if arch.distilled else transformers.ViTModel
+            output = "pooler" if arch.representation_size else ("tokens" if arch.distilled else "cls")
+        with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
+            self._write_config(Path(tmp), checkpoint, arch, prefix)
+            # the names as stored in the file: transformers applies its own renaming for the old ones
+            save_file({k: v.contiguous() for k, v in checkpoint.state_dict().items()},
+                      str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
+            extra = {} if output == "logits" else {"add_pooling_layer": output == "pooler"}
+            model = cls.from_pretrained(tmp, attn_implementation="eager", **extra)
+        round_parameters(model.float().eval(), spec.round_to)
+        interpolate = tuple(spec.img_size) != tuple(arch.img_size)
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            out = model(pixel_values=x, interpolate_pos_encoding=interpolate)
+            if output == "logits":
+                return out.logits
+            if output == "pooler":
+                return out.pooler_output
+            tokens = out.last_hidden_state
+            return tokens[:, 0] if output == "cls" else (tokens[:, 0] + tokens[:, 1]) / 2
+
+        forward.description = f"transformers' {cls.__name__}"  # type: ignore[attr-defined]
+        return forward
+
+    @staticmethod
+    def _write_config(directory: Path, checkpoint: Checkpoint, arch: Any, prefix: str) -> None:
+        """The source's own config.json when it came with one, else one describing the shapes."""
+        import transformers
+
+        if "model_type" in checkpoint.side_config:
+            (directory / "config.json").write_text(json.dumps(checkpoint.side_config))
+            return
+        config_cls = transformers.DeiTConfig if arch.distilled or prefix == "deit." else transformers.ViTConfig
+        config_cls(
+            hidden_size=arch.embed_dim, num_hidden_layers=arch.depth, num_attention_heads=arch.num_heads,
+            intermediate_size=arch.mlp_hidden, image_size=arch.img_size[0], patch_size=arch.patch_size,
+            num_channels=arch.in_chans, num_labels=max(arch.num_classes, 1), layer_norm_eps=arch.norm_eps,
+            qkv_bias=True, pooler_output_size=arch.representation_size,
+        ).save_pretrained(directory)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    from transformers.utils import logging
+
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+
+FORMAT = register(TransformersFormat())

@@ -1,0 +1,150 @@
+"""Streaming writers: the file layout is fixed from shapes first, then one tensor at a time is produced and written.
+
+Every writer goes through ``files.atomic_write`` (temporary name, fsync, rename), so a failed or
+killed write never replaces an existing file. Peak memory is one tensor (plus whatever its producer
+needs), never the whole model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+import sys
+import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Callable, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import ConversionError
+from ..files import PathLike, atomic_write
+
+SAFETENSORS_NAMES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the output, known before any data is read."""
+
+    name: str
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+Producer = Callable[[TensorSpec], torch.Tensor]
+
+
+def _checked(spec: TensorSpec, tensor: torch.Tensor) -> torch.Tensor:
+    if tuple(tensor.shape) != spec.shape or tensor.dtype != spec.dtype:
+        raise ConversionError(f"tensor {spec.name!r} came out as {tuple(tensor.shape)} {tensor.dtype}, but the file "
+                              f"layout planned {spec.shape} {spec.dtype}")
+    return tensor.contiguous()
+
+
+def _raw_bytes(tensor: torch.Tensor) -> memoryview:
+    if sys.byteorder != "little":  # safetensors and .npy headers below are written little-endian
+        raise ConversionError("writing checkpoints needs a little-endian machine")
+    if tensor.numel() == 0:
+        return memoryview(b"")
+    return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+
+
+def safetensors_header(specs: Iterable[TensorSpec], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """The complete header (length prefix + JSON, padded to 8 bytes) for tensors written in ``specs`` order."""
+    header: Dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    offset = 0
+    for spec in specs:
+        if spec.name in header:
+            raise ConversionError(f"tensor name {spec.name!r} appears twice")
+        header[spec.name] = {"dtype": SAFETENSORS_NAMES[spec.dtype], "shape": list(spec.shape),
+                             "data_offsets": [offset, offset + spec.nbytes]}
+        offset += spec.nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded
+
+
+class _HashingWriter:
+    """Writes to a file and hashes what it writes: the sha256 of the finished file, with no re-read.
+
+    Hashing runs on a second thread (hashlib releases the GIL), overlapping the write of the same
+    bytes and the reading of the next tensor. At most one buffer waits to be hashed, so memory stays
+    at about two tensors. ``done(tag)`` is called once a buffer has been both written and hashed.
+    """
+
+    def __init__(self, handle: IO[bytes], done: Callable[[object], None]) -> None:
+        self.handle = handle
+        self._done = done
+        self._digest = hashlib.sha256()
+        self._hasher = ThreadPoolExecutor(max_workers=1)
+        self._pending: Optional[Tuple[Future, object]] = None
+
+    def write(self, data, tag: object = None) -> None:
+        self._wait()
+        self._pending = (self._hasher.submit(self._digest.update, data), tag)
+        self.handle.write(data)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            future, tag = self._pending
+            future.result()
+            self._pending = None
+            self._done(tag)
+
+    def hexdigest(self) -> str:
+        self._wait()
+        return self._digest.hexdigest()
+
+    def close(self) -> None:
+        self._hasher.shutdown(wait=True)
+
+
+def write_safetensors(path: PathLike, specs: List[TensorSpec], produce: Producer,
+                      metadata: Optional[Dict[str, str]] = None,
+                      written: Optional[Callable[[TensorSpec], None]] = None) -> str:
+    """Write a safetensors file tensor by tensor; returns its sha256.
+
+    ``written(spec)``, when given, is called as soon as that tensor is on its way to disk and hashed,
+    so whatever memory produced it can be given back.
+    """
+    header = safetensors_header(specs, metadata)
+    with atomic_write(path, "wb") as handle:
+        out = _HashingWriter(handle, lambda spec: spec is not None and written is not None and written(spec))
+        try:
+            out.write(header)
+            for spec in specs:
+                out.write(_raw_bytes(_checked(spec, produce(spec))), tag=spec)
+            sha256 = out.hexdigest()
+        finally:
+            out.close()
+    return sha256
+
+
+def write_npz(path: PathLike, specs: List[TensorSpec], produce: Producer) -> None:
+    """Write a numpy ``.npz`` (uncompressed, as ``numpy.savez``) one member at a time."""
+    with atomic_write(path, "wb") as handle:
+        with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for spec in specs:
+                tensor = _checked(spec, produce(spec))
+                if tensor.dtype == torch.bfloat16:
+                    raise ConversionError("numpy has no bfloat16: export to .npz as float32 or float16")
+                with archive.open(spec.name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, tensor.numpy(), allow_pickle=False)
+
+
+def write_torch(path: PathLike, specs: List[TensorSpec], produce: Producer) -> None:
+    """Write a ``torch.save`` state dict (this format needs the whole dict in memory)."""
+    state_dict = {spec.name: _checked(spec, produce(spec)).clone() for spec in specs}
+    with atomic_write(path, "wb") as handle:
+        torch.save(state_dict, handle)

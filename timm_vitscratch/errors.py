@@ -1,0 +1,22 @@
+"""The project's exception types."""
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+
+class ConversionError(ValueError):
+    """A checkpoint could not be read, converted, verified or written.
+
+    The message names the file (when there is one) and says what was wrong and what was expected.
+    Every loader and converter in the package raises this (and nothing else) for bad input.
+    """
+
+    def __init__(self, problem: str, path: Optional[Union[str, os.PathLike]] = None) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}" if self.path is not None else problem)
+
+
+class VerificationError(ConversionError):
+    """The converted model's logits differ from the source model's by more than the tolerance."""

@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m timm_vitscratch.examples.digits`` (also ``vitscratch demo``)."""

@@ -1,0 +1,53 @@
+"""Analytic compute of one forward pass, in multiply-adds (MACs).
+
+Convention: one multiply-add = one MAC; FLOPs = 2 x MACs. Only matrix products and the patch
+convolution are counted, as ``torch.utils.flop_counter.FlopCounterMode`` does (it reports FLOPs,
+i.e. 2 x our MACs); biases, softmax, LayerNorm, GELU and residual adds are left out (well under 1%).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Dict
+
+from torch import nn
+
+
+def block_macs(tokens: int, embed_dim: int, mlp_hidden: int) -> Dict[str, int]:
+    """MACs of one block on one image of ``tokens`` tokens.
+
+    attention: qkv T·D·3D + scores QKᵀ T·T·D + weighted values T·T·D + projection T·D·D;
+    MLP: fc1 T·D·M + fc2 T·M·D.
+    """
+    t, d = tokens, embed_dim
+    return OrderedDict(attention=4 * t * d * d + 2 * t * t * d, mlp=2 * t * d * mlp_hidden)
+
+
+def _linear_macs(module: nn.Module) -> int:
+    return module.in_features * module.out_features if isinstance(module, nn.Linear) else 0
+
+
+def forward_macs(model: nn.Module) -> Dict[str, int]:
+    """MACs per image of ``model.forward`` at the model's image size, by part, read off its architecture.
+
+    Works on a model built on ``meta`` (only shapes are read).
+    """
+    embed = model.patch_embed
+    patch_h, patch_w = embed.patch_size
+    tokens = embed.num_patches + model.num_prefix_tokens
+    embed_dim = model.embed_dim
+    first = model.blocks[0]
+    per_block = block_macs(tokens, embed_dim, first.mlp.fc1.out_features)
+    depth = len(model.blocks)
+    # the head sees one pooled vector per image, or every token when global_pool=''
+    pooled = tokens if model.global_pool == "" and model.head_dist is None else 1
+    representation = _linear_macs(getattr(model.pre_logits, "fc", None)) * pooled
+    heads = [model.head] + ([model.head_dist] if model.head_dist is not None else [])
+    macs = OrderedDict(
+        patch_embedding=embed.num_patches * embed.in_chans * patch_h * patch_w * embed_dim,
+        attention=depth * per_block["attention"],
+        mlp=depth * per_block["mlp"],
+        representation=representation,
+        head=sum(_linear_macs(h) for h in heads) * pooled,
+    )
+    macs["total"] = sum(macs.values())
+    return macs

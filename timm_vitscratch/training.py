@@ -1,0 +1,135 @@
+"""A minimal training loop on timm's own components (task, optimizer, scheduler, metrics).
+
+timm's ``train.py`` is the full-featured way to fine-tune our models; these helpers are the few
+lines a script needs around timm's pieces, shared by the digits example (``examples/digits.py``)
+and the DDP check (``distributed.py``): a ``timm.task`` computes the loss, ``create_optimizer_v2``
+builds the parameter groups (weight decay filtering, layer-wise LR decay through the model's
+``group_matcher``), ``create_scheduler_v2`` steps the LR per update.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import safetensors.torch
+import torch
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.scheduler.scheduler import Scheduler
+from timm.task import TrainingTask
+from timm.utils import accuracy, unwrap_model
+from torch import nn
+
+from .files import PathLike, atomic_write, sha256_file
+from .hub_format import WEIGHTS_NAME, model_config, write_config
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class TrainState:
+    """Optimizer, per-update LR scheduler and the number of updates taken so far."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: Optional[Scheduler]
+    updates: int = 0
+    losses: List[float] = field(default_factory=list)
+
+
+def create_train_state(
+    model: nn.Module,
+    total_updates: int,
+    opt: str = "adamw",
+    lr: float = 1e-3,
+    weight_decay: float = 0.05,
+    warmup_updates: int = 0,
+    layer_decay: Optional[float] = None,
+    sched: str = "cosine",
+    **opt_kwargs: Any,
+) -> TrainState:
+    """timm's optimizer and a scheduler stepped per update (one "epoch" of the schedule = one update)."""
+    if total_updates < 1:
+        raise ValueError(f"total_updates must be >= 1, got {total_updates}")
+    optimizer = create_optimizer_v2(model, opt, lr=lr, weight_decay=weight_decay, layer_decay=layer_decay,
+                                    **opt_kwargs)
+    scheduler = None
+    if sched:
+        # epochs counted in updates keeps warmup and decay exact for short runs
+        scheduler, _ = create_scheduler_v2(optimizer, sched=sched, num_epochs=total_updates,
+                                           warmup_epochs=warmup_updates, warmup_lr=lr * 0.01,
+                                           step_on_epochs=True, updates_per_epoch=1)
+    return TrainState(optimizer, scheduler)
+
+
+def train_step(task: TrainingTask, state: TrainState, images: torch.Tensor, targets: torch.Tensor) -> float:
+    """One update: the task's forward and loss, backward, optimizer step, EMA and LR schedule."""
+    task.train()
+    result = task(images, targets)
+    result["loss"].backward()
+    state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.updates += 1
+    task.update_ema(step=state.updates)
+    if state.scheduler is not None:
+        state.scheduler.step(state.updates)
+    loss = result["loss"].item()
+    state.losses.append(loss)
+    return loss
+
+
+def train(
+    task: TrainingTask,
+    state: TrainState,
+    batches: Iterable[Batch],
+    on_step: Optional[Callable[[int, float], None]] = None,
+) -> List[float]:
+    """Run :func:`train_step` over ``batches``; ``on_step(update, loss)`` after each (progress bars)."""
+    losses = []
+    for images, targets in batches:
+        losses.append(train_step(task, state, images, targets))
+        if on_step is not None:
+            on_step(state.updates, losses[-1])
+    return losses
+
+
+@torch.inference_mode()
+def evaluate_top1(model: nn.Module, batches: Iterable[Batch]) -> float:
+    """Top-1 accuracy in percent (timm's ``accuracy``) of ``model`` in eval mode over ``batches``."""
+    was_training = model.training
+    model.eval()
+    correct, seen = 0.0, 0
+    for images, targets in batches:
+        (top1,) = accuracy(model(images), targets, topk=(1,))
+        correct += top1.item() * targets.shape[0]
+        seen += targets.shape[0]
+    model.train(was_training)
+    if seen == 0:
+        raise ValueError("evaluate_top1 got no batches to evaluate")
+    return correct / seen
+
+
+def tensor_batches(images: torch.Tensor, targets: torch.Tensor, batch_size: int,
+                   generator: Optional[torch.Generator] = None) -> Iterable[Batch]:
+    """Batches of in-memory tensors, shuffled when a ``generator`` is given, the last one partial."""
+    order = torch.randperm(len(images), generator=generator) if generator is not None else torch.arange(len(images))
+    for start in range(0, len(images), batch_size):
+        index = order[start:start + batch_size]
+        yield images[index], targets[index]
+
+
+def save_model_dir(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
+    """Write a trained model as a model directory (``hub_format``): weights, then ``config.json``.
+
+    Both files are written atomically; ``timm.create_model("local-dir:DIR", pretrained=True)``
+    rebuilds the architecture from the config and loads the weights.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model = unwrap_model(model)  # DDP / torch.compile wrappers would prefix every key
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
+    weights = directory / WEIGHTS_NAME
+    with atomic_write(weights) as handle:
+        handle.write(safetensors.torch.save(state))
+    write_config(directory, model_config(model, sha256_file(weights), source))
+    return directory

@@ -110,14 +110,30 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
+    def _split_heads_for_queries(
+        self, x: torch.Tensor, num_queries: int
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As ``_split_heads``, but queries only for the first ``num_queries`` tokens (keys and values for all).
+
+        The fused projection's weight is sliced by rows (q, then k and v), so no query is computed
+        that nobody reads.
+        """
+        batch, tokens, dim = x.shape
+        weight, bias = self.qkv.weight, self.qkv.bias
+        q = F.linear(x[:, :num_queries], weight[:dim], None if bias is None else bias[:dim])
+        kv = F.linear(x, weight[dim:], None if bias is None else bias[dim:])
+        k, v = kv.view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
+        q = q.view(batch, num_queries, self.num_heads, self.head_dim)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
         q, k, _ = self._split_heads(x)
         return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, dim = x.shape
-        q, k, v = self._split_heads(x)
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
+        batch, _, queries, _ = q.shape
         if self.attn_impl == "sdpa":
             x = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
@@ -125,8 +141,17 @@ class Attention(nn.Module):
         else:
             attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
             x = self.attn_drop(attn) @ v
-        x = x.transpose(1, 2).reshape(batch, tokens, dim)
+        # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
+        # so this reshape is a view, not a copy
+        x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._attend(*self._split_heads(x))
+
+    def forward_queries(self, x: torch.Tensor, num_queries: int) -> torch.Tensor:
+        """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
+        return self._attend(*self._split_heads_for_queries(x, num_queries))
 
 
 class Mlp(nn.Module):
@@ -196,6 +221,16 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path1(self.attn(self.norm1(x)))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
+
+    def forward_prefix(self, x: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        """The block's output for the first ``num_tokens`` tokens only, (B, num_tokens, dim).
+
+        Every token still serves as key and value; only the queries, the attention projection
+        and the MLP are restricted. The model's last block runs this way when only the class
+        (and distillation) token is pooled.
+        """
+        x = x[:, :num_tokens] + self.drop_path1(self.attn.forward_queries(self.norm1(x), num_tokens))
         return x + self.drop_path2(self.mlp(self.norm2(x)))
 
     def forward_with_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import timm
 import torch
@@ -25,7 +25,7 @@ TITLES = {
     "train": "training step (img/s)",
     "compiled_infer": "torch.compile inference fp32 (img/s)",
     "compiled_train": "torch.compile training step (img/s)",
-    "memory": "peak memory of a training step (MiB)",
+    "memory": "peak tensor memory of a training step (MiB)",
     "create": "create_model, random init (s)",
     "pretrained": "create_model(pretrained=True) from a local file (s)",
 }
@@ -168,6 +168,7 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
         f"`{machine['device']}`{', ' + machine['gpu'] if 'gpu' in machine else ''}; torch {machine['torch']}, "
         f"timm {machine['timm']}, torchvision {machine['torchvision']}; {machine['date']}"
         + (f"; load average at start {load[0]:.1f}" if load else ""),
+        *_run_lines(machine),
         "",
         "Values are medians over interleaved rounds. Ratios are ours/peer: the median of per-round "
         "ratios, and (best) the ratio of each model's fastest round, which background load disturbs "
@@ -191,6 +192,17 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
     return "\n".join(lines + ([""] + extras if extras else [])) + "\n"
 
 
+def _run_lines(machine: Dict[str, Any]) -> List[str]:
+    """One line per appended run: when, what, and the load average (1 min) before and after."""
+    lines = []
+    for run in machine.get("runs", []):
+        loads = [run.get("load_average_start"), run.get("load_average_end")]
+        load = " → ".join(f"{x[0]:.1f}" for x in loads if x)
+        lines.append(f"- run {run['date']}: {', '.join(run.get('variants') or [])} "
+                     f"({', '.join(run.get('measure') or [])}); load average {load}")
+    return [""] + lines if lines else []
+
+
 def _extras(records: List[Dict[str, Any]]) -> List[str]:
     """Lines under the table: ceiling fractions, other contestants, RSS, first logits, compile times."""
     lines = []
@@ -212,7 +224,10 @@ def _extras(records: List[Dict[str, Any]]) -> List[str]:
         if "rss_peak_mib" in record:
             rss = ", ".join(f"{k} {v:,.0f} MiB" for k, v in record["rss_peak_mib"].items())
             ratio = ", ".join(f"ours/{k} {v:.3f}" for k, v in record["rss_ratio"].items())
-            lines.append(f"- {where}: peak RSS of the step's process: {rss} ({ratio})")
+            lines.append(f"- {where}: each model measured in a fresh process; the table's figure is the peak of "
+                         f"live tensor bytes (weights, gradients, AdamW state, saved activations) from torch's "
+                         f"allocator events; the process's peak RSS (VmHWM, everything the OS sees) was {rss} "
+                         f"({ratio})")
         if "first_logits_median" in record:
             first = ", ".join(f"{k} {v:.3f} s" for k, v in record["first_logits_median"].items())
             ratio = ", ".join(f"ours/{k} {v:.3f}" for k, v in record["first_logits_ratio"].items())
@@ -239,8 +254,12 @@ def plot(path: Path, machine: Dict[str, Any], records: List[Dict[str, Any]]) -> 
     panels = {k: v for k, v in panels.items() if len(v) > 1}
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, ((kind, variant), group) in zip(axes[0], panels.items()):
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, ((kind, variant), group) in zip(axes.flat, panels.items()):
         group = sorted(group, key=lambda r: r["batch"])
         for name in group[0]["median"]:
             ax.plot([r["batch"] for r in group], [r["median"][name] for r in group], marker="o", label=name)
@@ -266,6 +285,28 @@ def render(json_path: Path) -> List[Path]:
     md_path.write_text(markdown(data["machine"], data["records"]))
     png = plot(json_path.with_suffix(".png"), data["machine"], data["records"])
     return [md_path] + ([png] if png else [])
+
+
+def appended(json_path: Path, machine: Dict[str, Any], settings: Dict[str, Any],
+             records: List[Dict[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any], List[Dict[str, Any]]]:
+    """An earlier results file with this run added: records concatenated, each run's date and load kept."""
+    earlier = json.loads(Path(json_path).read_text())
+    same = ("cpu", "threads", "device", "torch", "timm", "torchvision")
+    if any(earlier["machine"].get(k) != str(machine.get(k)) and earlier["machine"].get(k) != machine.get(k)
+           for k in same):
+        raise ValueError(f"{json_path} was measured on another machine or software stack; not appending")
+    runs = earlier["machine"].get("runs") or [_run_summary(earlier["machine"], earlier["settings"])]
+    merged = {**earlier["machine"], "runs": runs + [_run_summary(machine, settings)]}
+    all_settings = earlier["settings"].get("runs") or [earlier["settings"]]
+    settings = {"runs": all_settings + [{k: (str(v) if isinstance(v, (Path, torch.device)) else v)
+                                         for k, v in settings.items()}]}
+    return merged, settings, earlier["records"] + records
+
+
+def _run_summary(machine: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
+    return {"date": machine["date"], "load_average_start": machine.get("load_average_start"),
+            "load_average_end": machine.get("load_average_end"),
+            "variants": settings.get("variants"), "measure": settings.get("measure")}
 
 
 def write(out: Path, name: str, machine: Dict[str, Any], args: Dict[str, Any],

@@ -73,6 +73,9 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 3 rounds, batches 1 and 8, training batch 8, ViT-L only for pretrained, "
                              "no compile unless asked for")
+    parser.add_argument("--append", action="store_true",
+                        help="add this run's records to an existing <out>/<name>.json (several bounded runs, "
+                             "e.g. one per variant with its own batch sizes, make one report)")
     parser.add_argument("--render", type=Path, default=None, metavar="JSON",
                         help="measure nothing: rewrite the Markdown and plot of an earlier results JSON")
     args = parser.parse_args(argv)
@@ -315,7 +318,11 @@ def main(argv: List[str] | None = None) -> int:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
     machine["load_average_end"] = report.load_average()
-    paths = report.write(args.out, args.name or args.device.type, machine, vars(args), records)
+    name = args.name or args.device.type
+    settings = vars(args)
+    if args.append and (args.out / f"{name}.json").exists():
+        machine, settings, records = report.appended(args.out / f"{name}.json", machine, settings, records)
+    paths = report.write(args.out, name, machine, settings, records)
     for path in paths:
         _log(f"wrote {path}")
     print(Path(paths[1]).read_text())

@@ -380,10 +380,10 @@ class VisionTransformer(nn.Module):
         nodes) and forward hooks on those modules or their children must see full-length outputs,
         so ``forward`` then takes the full path. Under ``torch.compile`` hooks are not looked at.
         """
-        if torch.fx._symbolic_trace.is_fx_tracing():
-            return True
-        if torch.compiler.is_compiling() or torch.jit.is_scripting():
+        if torch.compiler.is_compiling() or torch.jit.is_scripting():  # torch.export included
             return False
+        if torch.fx._symbolic_trace.is_fx_symbolic_tracing():
+            return True
         watched = itertools.chain(self.blocks[len(self.blocks) - 1].modules(), self.norm.modules())
         return any(m._forward_hooks or m._forward_pre_hooks for m in watched)
 

@@ -33,3 +33,13 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     assert "| inference fp32 (img/s) | ti16 | 1 |" in table and "ours/timm" in table
     assert (tmp_path / "smoke.png").stat().st_size > 0
     assert result["machine"]["threads"] >= 1 and result["machine"]["torch"]
+    # a second bounded run appends to the same report, keeping both runs' dates and loads
+    again = command[:2] + ["--measure", "create", "--variants", "ti16", "--contestants", "ours", "timm",
+                           "--repeats", "1", "--create-repeats", "1", "--warmup", "0", "--out", str(tmp_path),
+                           "--name", "smoke", "--append"]
+    done = subprocess.run(again, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((tmp_path / "smoke.json").read_text())
+    assert [r["kind"] for r in merged["records"]] == [k for k, _ in kinds] + ["create"]
+    assert len(merged["machine"]["runs"]) == 2 and len(merged["settings"]["runs"]) == 2
+    assert (tmp_path / "smoke.md").read_text().count("- run ") == 2

@@ -239,3 +239,14 @@ def test_fast_normal_init_draws_torchs_truncated_normal():
     assert gap.item() / n < 1.95 * (2 / n) ** 0.5  # KS critical value at alpha = 0.001
     tight = normal_init_(torch.empty(n), std=1.0, bound=1.5)  # close bounds use the exact sampler
     assert tight.abs().max() <= 1.5 and tight.std() < 0.8
+
+
+def test_pretrained_honours_timms_device_and_dtype_arguments(source):
+    """timm's factory arguments on the fast path: tensors cast on load, new head made in that dtype."""
+    reference, path = source
+    model = _from_file(path, num_classes=3, device="cpu", dtype=torch.bfloat16)
+    _no_meta(model)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert torch.equal(model.blocks[0].attn.qkv.weight, reference.blocks[0].attn.qkv.weight.to(torch.bfloat16))
+    assert torch.all(model.head.bias == 0) and model.head.weight.std() > 0

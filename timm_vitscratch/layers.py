@@ -74,8 +74,9 @@ class Attention(nn.Module):
 
     ``attn_impl='sdpa'`` (the default, for inference and training alike) runs
     ``F.scaled_dot_product_attention``; ``'eager'`` materialises the attention matrix (needed to
-    read attention maps). Both compute the same function. SDPA is the default because it measured
-    faster in both modes on CPU (benchmarks/results/attention_cpu.md); override per model with
+    read attention maps). Both compute the same function. SDPA is the default: on CPU the two
+    measured alike in training and inference, SDPA saves no (N, N) matrix for backward, and on
+    CUDA its fused kernels win (README, "Performance"); override per model with
     ``attn_impl='eager'`` or ``model.set_attn_impl('eager')``.
     """
 

@@ -26,7 +26,8 @@ import torch
 from timm.task import ClassificationTask
 from torch import nn
 
-from ..training import create_train_state, evaluate_top1, save_model_dir, tensor_batches, train_step
+from ..hub_format import save_model_directory
+from ..training import create_train_state, evaluate_top1, tensor_batches, train_step
 
 MODEL = "scratch_vit_ti16"
 ALL_DIGITS = tuple(range(10))
@@ -170,7 +171,7 @@ def run(recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0,
     steps = recipe.pretrain_epochs * _steps_per_epoch(first, recipe.batch_size)
     rows.append(Row("digits 0-4", "random", steps, *fit(model, first, steps, recipe, "pretrain 0-4", progress, seed)))
 
-    model_dir = save_model_dir(model, out_dir / "digits04",
+    model_dir = save_model_directory(model, out_dir / "digits04",
                                source=dict(example="digits", digits=list(PRETRAIN_DIGITS)))
     name = share(model_dir)
     pretrained = timm.create_model(name, pretrained=True, **recipe.drop_args)

@@ -25,14 +25,15 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 from safetensors import safe_open
-from safetensors.torch import save as save_tensors
 from timm.models import split_model_name_tag
 from timm.models._hub import load_model_config_from_hf
 from torch import nn
 
 from .counting import build_on_meta
 from .files import PathLike, atomic_write, current_umask, sha256_file
-from .hub_format import CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, model_config, read_config, write_config
+from .hub_format import (  # noqa: F401  (save_model_directory: also importable from here)
+    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, read_config, save_model_directory, write_config,
+)
 from .model_card import model_card
 from .variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
 
@@ -46,18 +47,6 @@ class ModelDirectoryError(ValueError):
 
 
 # --- the model directory ---------------------------------------------------------------------------
-def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
-    """Write ``model`` as a model directory: ``model.safetensors`` then a ``config.json`` with its sha256."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    weights = directory / WEIGHTS_NAME
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    with atomic_write(weights) as handle:  # serialised in memory: this writer is for models already in memory
-        handle.write(save_tensors(tensors))
-    write_config(directory, model_config(model, weights_sha256=sha256_file(weights), source=source))
-    return directory
-
-
 def check_model_directory(directory: PathLike, require_sha256: bool = True,
                           label: Optional[str] = None) -> Tuple[Dict[str, Any], nn.Module]:
     """Check that ``directory`` holds weights for a registered architecture, as its config says.

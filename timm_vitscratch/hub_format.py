@@ -5,6 +5,9 @@ timm's own ``save_config_for_hf`` (``architecture``, ``num_classes``, ``num_feat
 ``global_pool``, ``model_args``, ``pretrained_cfg``), so ``timm.create_model("hf-hub:…")`` and
 ``timm.create_model("local-dir:…")`` load it. We add one key of our own, ``"vitscratch"``, with the
 sha256 of the weights file and where the weights came from.
+
+:func:`write_model_directory` is the one writer of these files: conversion streams a checkpoint
+through it, :func:`save_model_directory` (training, the Hub, the examples) a model in memory.
 """
 from __future__ import annotations
 
@@ -12,12 +15,18 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from timm.models._hub import save_config_for_hf
+from timm.utils import unwrap_model
 from torch import nn
 
 from .files import PathLike, atomic_write
+
+if TYPE_CHECKING:
+    import torch
+
+    from .convert.writer import TensorSpec
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -60,3 +69,42 @@ def read_config(directory: PathLike) -> Dict[str, Any]:
         raise FileNotFoundError(f"{path} not found: a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
+
+
+def write_model_directory(
+    directory: PathLike,
+    model: nn.Module,
+    specs: "List[TensorSpec]",
+    produce: "Callable[[TensorSpec], torch.Tensor]",
+    source: Optional[Dict[str, Any]] = None,
+    written: "Optional[Callable[[TensorSpec], None]]" = None,
+) -> str:
+    """Write ``model.safetensors`` (tensor by tensor: ``produce(spec)`` for each of ``specs``), then
+    ``config.json`` describing ``model`` (which may live on ``meta``) with the weights' sha256.
+
+    Both files are written atomically; weights first, so a config never names weights that are not
+    there. ``written(spec)`` is called once a tensor is on its way to disk (see ``write_safetensors``).
+    Returns the sha256 of ``model.safetensors``.
+    """
+    from .convert.writer import write_safetensors  # the convert package imports this module
+
+    sha256 = write_safetensors(Path(directory) / WEIGHTS_NAME, specs, produce, written=written)
+    write_config(directory, model_config(model, weights_sha256=sha256, source=source))
+    return sha256
+
+
+def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
+    """Write a model held in memory (DDP / ``torch.compile`` wrappers unwrapped) as a model directory.
+
+    ``timm.create_model("local-dir:DIR", pretrained=True)`` rebuilds it from the config and loads the
+    weights; ``vitscratch push DIR ORG/NAME`` sends it to the Hub.
+    """
+    from .convert.writer import TensorSpec
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model = unwrap_model(model)  # a wrapper would prefix every key
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    specs = [TensorSpec(name, tuple(tensor.shape), tensor.dtype) for name, tensor in state.items()]
+    write_model_directory(directory, model, specs, lambda spec: state[spec.name], source)
+    return directory

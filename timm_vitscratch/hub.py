@@ -31,18 +31,17 @@ from timm.models._hub import load_model_config_from_hf
 from torch import nn
 
 from .counting import build_on_meta
+from .errors import ModelDirectoryError
 from .files import PathLike, atomic_write, current_umask, sha256_file
-from .hub_format import CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, model_config, read_config, write_config
+from .hub_format import (
+    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, config_model_args, model_config, read_config, write_config,
+)
 from .model_card import model_card
 from .variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
 
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
-
-
-class ModelDirectoryError(ValueError):
-    """A model directory (local or on the Hub) whose files are missing, foreign or inconsistent."""
 
 
 # --- the model directory ---------------------------------------------------------------------------
@@ -63,26 +62,24 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True,
     """Check that ``directory`` holds weights for a registered architecture, as its config says.
 
     Returns the config and the model built from it on ``meta`` (no memory). Raises
-    :class:`ModelDirectoryError` naming what is wrong: a missing file, an architecture the plugin
-    does not register, tensors that do not fit the architecture, or a sha256 that does not match.
+    :class:`ModelDirectoryError` naming what is wrong: a missing or damaged file, an architecture the
+    plugin does not register, tensors that do not fit the architecture, or a sha256 that does not match.
+    Only the safetensors header is parsed (by the safetensors library, which bounds it) before the
+    sha256 is computed; nothing in either file is executed.
     """
     directory = Path(directory)
     label = label or str(directory)
     try:
         config = read_config(directory)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ModelDirectoryError) as err:
         raise ModelDirectoryError(f"{label}: {err}") from None
     weights = directory / WEIGHTS_NAME
     if not weights.is_file():
         raise ModelDirectoryError(f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    architecture = config.get("architecture")
-    if architecture not in ARCHITECTURES:
-        raise ModelDirectoryError(
-            f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
-            f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
-            f"timm.create_model('hf-hub:...') / 'local-dir:...'.")
-    model = _meta_model(config, label)
-    _check_tensors(weights, model, label)
+    found = _tensor_shapes(weights, label)
+    architecture, kwargs = config_model_args(config, found, label)
+    model = _meta_model(architecture, kwargs, label)
+    _check_tensors(found, model, label)
     expected = config.get(METADATA_KEY, {}).get("sha256")
     if expected is None:
         if require_sha256:
@@ -97,23 +94,25 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True,
     return config, model
 
 
-def _meta_model(config: Dict[str, Any], label: str) -> nn.Module:
-    kwargs = dict(config.get("model_args") or {})
-    kwargs.setdefault("num_classes", config.get("num_classes", 1000))
+def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:
     try:
-        return build_on_meta(config["architecture"], **kwargs)
-    except (TypeError, ValueError) as err:
+        return build_on_meta(architecture, **kwargs)
+    except Exception as err:  # any argument the model rejects, however it rejects it
         raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args {kwargs} do not build "
-                                  f"{config['architecture']}: {err}") from None
+                                  f"{architecture}: {type(err).__name__}: {err}") from None
 
 
-def _check_tensors(weights: Path, model: nn.Module, label: str) -> None:
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[int, ...]]:
+    """Names and shapes from the safetensors header (validated by the library; no tensor is read)."""
     try:
         with safe_open(str(weights), framework="pt") as handle:
-            found = {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
+            return {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
     except Exception as err:  # safetensors raises its own error types for a damaged header
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
+
+
+def _check_tensors(found: Dict[str, Tuple[int, ...]], model: nn.Module, label: str) -> None:
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [f"missing {k}" for k in expected if k not in found]
     problems += [f"unexpected {k}" for k in found if k not in expected]
     problems += [f"{k}: {found[k]} where the architecture needs {v}" for k, v in expected.items()

@@ -80,6 +80,15 @@ def model_dir(path: Path, model: torch.nn.Module) -> Path:
     return save_model_directory(model, path, source={"format": "test", "note": "tiny random model"})
 
 
+def upload_raw(directory: Path, repo: str) -> None:
+    """Publish a directory as it is, bypassing `vitscratch push` and its checks (a foreign or broken tool)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo, exist_ok=True)
+    api.upload_folder(repo_id=repo, folder_path=directory)
+
+
 def tiny_variants() -> Dict[str, torch.nn.Module]:
     """A plain, a has_logits (representation layer) and a distilled tiny model, in eval mode."""
     return {

@@ -89,7 +89,7 @@ def config_model_args(config: Dict[str, Any], weight_names: Iterable[str], label
     :class:`ModelDirectoryError` starting with ``label``.
     """
     architecture = config.get("architecture")
-    if architecture not in ARCHITECTURES:
+    if not isinstance(architecture, str) or architecture not in ARCHITECTURES:
         raise ModelDirectoryError(
             f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
             f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "

@@ -71,7 +71,7 @@ def hub_env(local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def repo_for(request: pytest.FixtureRequest, suffix: str = "") -> str:
     """A repo id unique to the test (the session's Hub is shared)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-.")
     return f"tests/{name}{suffix}"
 
 

@@ -15,12 +15,14 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .faults import CorruptBodyFault, CutBodyFault, DelayFault, DropConnectionFault, Fault, HttpErrorFault
+from .faults import (
+    CorruptBodyFault, CutBodyFault, DelayFault, DropConnectionFault, Fault, GateFault, HttpErrorFault,
+)
 from .server import HubRequestHandler, _Server
 from .store import RepoStore
 
-__all__ = ["CorruptBodyFault", "CutBodyFault", "DelayFault", "DropConnectionFault", "Fault", "HttpErrorFault",
-           "LocalHub", "RepoStore", "serve"]
+__all__ = ["CorruptBodyFault", "CutBodyFault", "DelayFault", "DropConnectionFault", "Fault", "GateFault",
+           "HttpErrorFault", "LocalHub", "RepoStore", "serve"]
 
 
 class LocalHub:

@@ -99,6 +99,27 @@ class DelayFault(Fault):
         handler.route_request()
 
 
+class GateFault(Fault):
+    """Hold matching requests until ``parties`` of them wait at once, then let the Hub answer them all.
+
+    Makes clients meet in the middle of their work (two pulls of one repo really at the same time).
+    ``met`` tells whether they did; after ``timeout`` seconds a request is let through regardless.
+    """
+
+    def __init__(self, parties: int, timeout: float = 60.0, **match: Any) -> None:
+        super().__init__(**match)
+        self._barrier = threading.Barrier(parties, timeout=timeout)
+        self.met = False
+
+    def respond(self, handler: Any) -> None:
+        try:
+            self._barrier.wait()
+            self.met = True
+        except threading.BrokenBarrierError:
+            pass
+        handler.route_request()
+
+
 class DropConnectionFault(Fault):
     """Close the connection without answering (a load balancer or proxy dropping it)."""
 

@@ -54,7 +54,32 @@ def check_directory(path: Path, request: dict) -> dict:
     return {"outcome": "ok", "sha256": config["vitscratch"]["sha256"]}
 
 
-LOADERS = {"checkpoint": (load_checkpoint_file, ConversionError), "convert": (convert_file, ConversionError),
+def limit_memory(path: Path, request: dict) -> dict:
+    """Cap this process's address space at what it uses now plus ``headroom`` bytes (RLIMIT_AS)."""
+    import resource
+
+    with open("/proc/self/statm") as statm:
+        in_use = int(statm.read().split()[0]) * resource.getpagesize()
+    limit = in_use + int(request["headroom"])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    return {"outcome": "ok", "limit": limit}
+
+
+def allocate(path: Path, request: dict) -> dict:
+    """Allocate ``bytes`` (to show that the memory limit bites)."""
+    block = bytearray(int(request["bytes"]))
+    return {"outcome": "ok", "allocated": len(block)}
+
+
+def timm_local_dir(path: Path, request: dict) -> dict:
+    import timm
+
+    timm.create_model(f"local-dir:{path}", pretrained=True)
+    return {"outcome": "ok"}
+
+
+LOADERS = {"limit_memory": (limit_memory, ()), "allocate": (allocate, ()), "timm_local_dir": (timm_local_dir, ()),
+           "checkpoint": (load_checkpoint_file, ConversionError), "convert": (convert_file, ConversionError),
            "read_config": (read_model_config, ModelDirectoryError),
            "check_model_directory": (check_directory, ModelDirectoryError)}
 

@@ -239,18 +239,49 @@ def _download(repo_id: str, revision: Optional[str], token: Optional[str], label
         snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES),
                                           force_download=attempt > 0))
         weights = snapshot / WEIGHTS_NAME
-        if not weights.is_file():
-            return snapshot  # check_model_directory says what is missing
         hub_sha256 = os.path.basename(os.path.realpath(weights))  # the cache names LFS blobs by their sha256
-        if not _SHA256.match(hub_sha256):
-            return snapshot  # not an LFS file, or a cache without links: config.json's sha256 still decides
+        if not weights.is_file() or not _SHA256.match(hub_sha256):
+            # missing (check_model_directory says so), not an LFS file, or a cache without links
+            # (config.json's sha256 still decides)
+            remove_abandoned_downloads(snapshot)
+            return snapshot
         actual = sha256_file(weights)
         if actual == hub_sha256:
+            remove_abandoned_downloads(snapshot)
             return snapshot
     os.unlink(os.path.realpath(weights))  # never leave damaged bytes in the cache under the Hub's sha256
     raise ModelDirectoryError(
         f"{label}: {WEIGHTS_NAME} arrived damaged twice: the Hub says its sha256 is {hub_sha256}, the bytes received "
         f"have {actual} (a proxy or the network altering the download?); nothing was installed")
+
+
+def remove_abandoned_downloads(snapshot: Path) -> None:
+    """Delete partial downloads of this repo that a killed process left in the Hugging Face cache.
+
+    huggingface_hub downloads each file to a process-unique ``blobs/<etag>.<random>.incomplete`` under a
+    lock (``.locks/<repo folder>/<etag>.lock``, an flock) and never resumes or removes another process's
+    file. A partial file whose lock nobody holds belongs to no running download.
+    """
+    repo_folder = snapshot.parent.parent
+    locks = repo_folder.parent / ".locks" / repo_folder.name
+    for partial in (repo_folder / "blobs").glob("*.incomplete"):
+        lock_path = locks / f"{partial.name.split('.')[0]}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+        except BlockingIOError:
+            pass  # a download is under way
+        finally:
+            if fd is not None:
+                os.close(fd)
 
 
 def _install(staging: Path, out_dir: Path, force: bool) -> None:

@@ -3,9 +3,10 @@ and a pull never installs (or leaves in the cache) weights whose sha256 does not
 
 What huggingface_hub 2.4 retries during a pull (found with these faults, asserted below through the hit
 counts): the weights download from storage on 429 (honouring ``Retry-After``), a dropped connection and
-a body cut short (resumed with a ``Range`` request past whole 10 MB chunks, else from the start); the file metadata request (HEAD) once on 5xx; a
-429 on a regular file. It does not retry the repo lookup (``/api/models/.../revision/...``: 429, 5xx)
-or a 5xx on a download. Pushes retry the LFS upload and batch calls and the preupload call, not the commit.
+a body cut short (resumed with a ``Range`` request past whole 10 MB chunks, else from the start); the file
+metadata request (HEAD) once on 5xx; a 429 on a regular file. It does not retry the repo lookup
+(``/api/models/.../revision/...``: 429, 5xx), a 5xx on a download, or a HEAD whose connection dropped.
+Pushes retry the LFS upload and batch calls and the preupload call, not the commit.
 """
 import json
 import shutil
@@ -98,11 +99,15 @@ NOT_RETRIED = {
         lambda repo, sha: HttpErrorFault(503, method="GET", path=f"^/api/models/{repo}/revision/"),
         1, "answered HTTP 503 for {repo}: Internal Error - injected by the local Hub"),
     "429 on the repo lookup": (
-        lambda repo, sha: HttpErrorFault(429, headers=RETRY_AFTER_0, method="GET", path=f"^/api/models/{repo}/revision/"),
+        lambda repo, sha: HttpErrorFault(429, headers=RETRY_AFTER_0, method="GET",
+                                         path=f"^/api/models/{repo}/revision/"),
         1, "answered HTTP 429 for {repo}"),
     "503 on the weights download": (
         lambda repo, sha: HttpErrorFault(503, origin="storage", method="GET", path=sha),
         1, "answered HTTP 503 for {repo}"),
+    "connection dropped on the weights' metadata (HEAD)": (
+        lambda repo, sha: DropConnectionFault(method="HEAD", path=f"^/{repo}/resolve/.*/model.safetensors$"),
+        1, "dropped the connection (RemoteProtocolError: Server disconnected without sending a response.)"),
     "connection dropped on every weights download": (
         lambda repo, sha: DropConnectionFault(origin="storage", method="GET", path=sha),
         6, "dropped the connection (RemoteProtocolError: Server disconnected without sending a response.)"),

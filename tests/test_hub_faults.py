@@ -10,6 +10,7 @@ Pushes retry the LFS upload and batch calls and the preupload call, not the comm
 """
 import json
 import shutil
+import time
 import zlib
 
 import pytest
@@ -28,6 +29,32 @@ from conftest import tiny
 from hubtest import hub_env, local_hub, model_dir, repo_for  # noqa: F401  (fixtures)
 
 RETRY_AFTER_0 = {"Retry-After": "0"}
+
+
+class BackOff:
+    """Stands in for the ``time`` module of huggingface_hub's retry code: records each wait it decides on
+    and waits at most 0.05 s of it (its decisions are unchanged; the suite is spared the back-off)."""
+
+    def __init__(self):
+        self.asked = []
+
+    def sleep(self, seconds):
+        self.asked.append(seconds)
+        time.sleep(min(seconds, 0.05))
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+@pytest.fixture(autouse=True)
+def backoff(monkeypatch):
+    import huggingface_hub.file_download
+    import huggingface_hub.utils._http
+
+    waits = BackOff()
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", waits)  # http_backoff: status codes, errors
+    monkeypatch.setattr(huggingface_hub.file_download, "time", waits)  # http_get: resuming a download
+    return waits
 
 
 @pytest.fixture
@@ -92,6 +119,14 @@ def test_pull_gets_through_faults_that_are_retried(case, pushed, inject, tmp_pat
     assert sha256_file(out / "model.safetensors") == sha256
     hub.check_model_directory(out)
     assert cache_blobs_match_their_names(tmp_path / "hf-home")
+
+
+def test_retry_after_is_honoured(pushed, inject, backoff, tmp_path):
+    repo, sha256 = pushed
+    fault = inject(HttpErrorFault(429, headers={"Retry-After": "7"}, origin="storage", method="GET", path=sha256,
+                                  times=2))
+    hub.pull(repo, tmp_path / "out")
+    assert fault.hits == 2 and backoff.asked == [8.0, 8.0]  # Retry-After + 1 s, each time (not 1 s, then 2 s)
 
 
 NOT_RETRIED = {

@@ -2,15 +2,17 @@
 pull, no temporary files; two processes pulling one repo at once both end with a correct model.
 
 Where a killed pull leaves things, and who cleans up: the download's partial file is huggingface_hub's
-``blobs/<sha256>.incomplete`` in the cache, which its next download of that file resumes and renames;
+``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub 2.4 neither resumes nor removes
+and the next pull of that repo removes (when no process holds huggingface_hub's lock for that blob);
 our staging directory ``.OUT.<random>.tmp`` beside ``OUT`` is removed by the next pull into ``OUT`` (it
 holds an flock while alive, so a running pull's staging is never touched); a previous model set aside
 as ``.OUT.<random>.old`` while being replaced is put back by the next pull if ``OUT`` is missing.
 """
+import os
+import select
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -24,31 +26,51 @@ from timm_vitscratch.local_hub import DelayFault, GateFault
 from conftest import tiny
 from hubtest import hub_env, local_hub, model_dir, repo_for  # noqa: F401  (fixtures)
 
-#: a pull in a child process, stopped (for the kill) at the stage named by argv[3]
-KILLABLE_PULL = textwrap.dedent("""
-    import os, sys, time
-    from timm_vitscratch import hub
-    repo, out, stage = sys.argv[1:4]
-    if stage == "staged":  # downloaded, copied and checked in the staging directory, not yet installed
-        check = hub.check_model_directory
-        def checked_then_wait(*args, **kwargs):
-            result = check(*args, **kwargs)
-            print("staged", flush=True)
+def pull_in_child(repo, out, stage):
+    """Fork a child that pulls ``repo`` into ``out`` with ``--force`` and stops at ``stage`` for the kill:
+    ``downloading`` (it says so as it starts), ``staged`` (downloaded, copied and checked in the staging
+    directory, not installed) or ``set-aside`` (the previous model renamed aside, the new one not yet in).
+    A fork, not a fresh interpreter: the child has everything imported already. Returns (pid, pipe)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    try:  # the child: never returns into pytest
+        os.close(read_end)
+
+        def stop_here():
+            os.write(write_end, stage.encode() + b"\n")
             time.sleep(120)
-            return result
-        hub.check_model_directory = checked_then_wait
-    elif stage == "set-aside":  # the previous model renamed aside, the new one not yet renamed in
-        rename = os.replace
-        def rename_then_wait(src, dst):
-            rename(src, dst)
-            if str(dst).endswith(".old"):
-                print("set-aside", flush=True)
-                time.sleep(120)
-        os.replace = rename_then_wait
-    else:
-        print("downloading", flush=True)
-    hub.pull(repo, out, force=True)
-""")
+
+        if stage == "staged":
+            check = hub.check_model_directory
+
+            def checked_then_stop(*args, **kwargs):
+                result = check(*args, **kwargs)
+                stop_here()
+                return result
+
+            hub.check_model_directory = checked_then_stop
+        elif stage == "set-aside":
+            rename = os.replace
+
+            def rename_then_stop(src, dst):
+                rename(src, dst)
+                if str(dst).endswith(".old"):
+                    stop_here()
+
+            os.replace = rename_then_stop
+        else:
+            os.write(write_end, stage.encode() + b"\n")
+        hub.pull(repo, out, force=True)
+    finally:
+        os._exit(3)
+
+
+def read_line(fd, timeout=120.0):
+    ready, _, _ = select.select([fd], [], [], timeout)
+    return os.read(fd, 100).decode().strip() if ready else None
 
 
 def files(directory):
@@ -78,30 +100,26 @@ def two_versions(hub_env, tmp_path, request):
 
 
 @pytest.mark.parametrize("stage", ["downloading", "staged", "set-aside"])
-def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage, two_versions, hub_env, local_hub,
-                                                                          tmp_path):
+def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage, two_versions, local_hub, tmp_path):
     repo, out, v2_sha256 = two_versions
     before = files(out)
     slow = local_hub.inject(DelayFault(30.0, origin="storage", method="GET", path=v2_sha256, times=1)) \
         if stage == "downloading" else None
-    child = subprocess.Popen([sys.executable, "-c", KILLABLE_PULL, repo, str(out), stage], env=hub_env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid, pipe = pull_in_child(repo, out, stage)
     try:
-        assert child.stdout.readline().strip() == stage
+        assert read_line(pipe) == stage
         if slow is not None:  # wait until the weights' download is under way
             deadline = time.monotonic() + 120
             while slow.active == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert slow.active == 1
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=60)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(pipe)
         if slow is not None:
             local_hub.faults.remove(slow)
-    assert child.returncode == -signal.SIGKILL
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     hf_home = tmp_path / "hf-home"
     if stage == "downloading":
         assert files(out) == before and incomplete_downloads(hf_home)  # huggingface_hub's partial file

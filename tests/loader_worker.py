@@ -3,7 +3,9 @@
 Reads one JSON request per line on stdin (``{"loader": NAME, "path": PATH, "out": DIR}``) and answers
 each on stdout with a line ``@@ {"outcome": "ok", ...}`` or ``@@ {"outcome": "error", "type": ...,
 "ours": bool, "message": ..., "traceback": ...}``. A parser that crashes the interpreter or hangs
-takes only this process down; the test sees it die or go quiet and reports the input.
+takes only this process down; the test sees it die or go quiet and reports the input. Besides the
+loaders, ``limit_memory`` caps the process's address space (``RLIMIT_AS``) for the resource-bound tests,
+``allocate`` shows that the cap bites, and ``timm_local_dir`` runs timm's own loader on a model directory.
 """
 import json
 import shutil

@@ -141,8 +141,7 @@ class CutBodyFault(Fault):
     def respond(self, handler: Any) -> None:
         def cut(chunk: bytes, offset: int, length: int) -> bytes:
             if offset + len(chunk) > self.after_bytes:
-                handler.wfile.write(chunk[:max(self.after_bytes - offset, 0)])
-                raise ConnectionResetError("body cut short by an injected fault")
+                raise _BodyCut(chunk[:max(self.after_bytes - offset, 0)])
             return chunk
 
         _filter_body(handler, cut)
@@ -170,6 +169,14 @@ class CorruptBodyFault(Fault):
         _filter_body(handler, corrupt)
 
 
+class _BodyCut(ConnectionResetError):
+    """Raised by a body transform: send ``last`` and then drop the connection."""
+
+    def __init__(self, last: bytes) -> None:
+        super().__init__("body cut short by an injected fault")
+        self.last = last
+
+
 class _BodyWriter:
     """Stands in for ``handler.wfile`` while the Hub answers: the first write (the status line and headers)
     passes, body bytes go through ``transform(chunk, offset, content_length)``."""
@@ -184,7 +191,11 @@ class _BodyWriter:
             found = re.search(rb"(?im)^content-length:\s*(\d+)", bytes(data))
             self._length = int(found.group(1)) if found else 0
             return self._wfile.write(data)
-        chunk = self._transform(bytes(data), self._offset, self._length)
+        try:
+            chunk = self._transform(bytes(data), self._offset, self._length)
+        except _BodyCut as cut:
+            self._wfile.write(cut.last)
+            raise  # the server's handler drops the connection on a ConnectionError
         self._offset += len(data)
         return self._wfile.write(chunk)
 

@@ -1,4 +1,4 @@
-# Two entry points: `make demo` (the main job: zoo table, one summary, the digits example) and `make test` (the suite; CI runs it via .ci/run).
+# Two entry points: `make demo` (the main job: zoo table, one summary, the digits example with its Hub round trip) and `make test` (the suite; CI runs it via .ci/run).
 # Each creates .venv on first use and installs the package with the pinned working set.
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,7 +17,6 @@ demo: $(STAMP)
 	@echo
 	$(BIN)/vitscratch summary scratch_vit_b16 --num-classes 5
 	@echo
-	$(BIN)/python -m timm_vitscratch.hub_demo
 	$(BIN)/vitscratch demo
 
 test: $(STAMP)

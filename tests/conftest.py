@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import timm
 import torch
@@ -15,3 +17,17 @@ def _seed():
 
 def tiny(name: str = "scratch_vit_ti16", **kwargs):
     return timm.create_model(name, **{**TINY, **kwargs})
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many fuzz cases ran (tests/fuzzing.py counts them), by loader and outcome."""
+    fuzzing = sys.modules.get("fuzzing")
+    if fuzzing is None or not fuzzing.CASES:
+        return
+    terminalreporter.section("fuzz cases run")
+    total = 0
+    for name, outcomes in fuzzing.CASES.items():
+        total += sum(outcomes.values())
+        shown = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
+        terminalreporter.write_line(f"{name}: {sum(outcomes.values())} ({shown})")
+    terminalreporter.write_line(f"total: {total}")

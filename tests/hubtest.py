@@ -71,13 +71,22 @@ def hub_env(local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def repo_for(request: pytest.FixtureRequest, suffix: str = "") -> str:
     """A repo id unique to the test (the session's Hub is shared)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-.")
     return f"tests/{name}{suffix}"
 
 
 def model_dir(path: Path, model: torch.nn.Module) -> Path:
     """A model directory of ``model`` in the shared format (safetensors + timm config.json + sha256)."""
     return save_model_directory(model, path, source={"format": "test", "note": "tiny random model"})
+
+
+def upload_raw(directory: Path, repo: str) -> None:
+    """Publish a directory as it is, bypassing `vitscratch push` and its checks (a foreign or broken tool)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo, exist_ok=True)
+    api.upload_folder(repo_id=repo, folder_path=directory)
 
 
 def tiny_variants() -> Dict[str, torch.nn.Module]:

@@ -1,5 +1,6 @@
 """The end-to-end digits example, in its fast mode (the full run is measured in the README)."""
 import json
+import os
 
 import timm
 import torch
@@ -23,24 +24,53 @@ def test_split_keeps_only_the_asked_digits_renumbered_from_zero():
     assert any(torch.equal(first_seven, image) for image in sevens)
 
 
-def test_fast_run_trains_saves_reloads_and_prints_the_table(tmp_path, capsys):
+def test_fast_run_trains_saves_round_trips_through_the_hub_and_prints_the_table(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    # a user's Hub settings: the example must neither use nor change them
+    user_home = tmp_path / "user-hf-home"
+    for key, value in {"HF_HOME": str(user_home), "HF_HUB_CACHE": str(user_home / "hub"), "HF_HUB_OFFLINE": "1",
+                       "HF_TOKEN": "hf_user_token_not_for_local_servers", "HF_ENDPOINT": "https://hub.invalid"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+    environment = dict(os.environ)
+    settings = {k: v for k, v in vars(constants).items() if k.isupper()}
+
     assert digits.main(["--fast", "--no-progress", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    table = out[out.index("task"):].splitlines()
+    table = out[out.index("task  "):].splitlines()
     assert table[0].split() == ["task", "init", "steps", "val", "top-1", "time"]
-    assert [line.split()[:3] for line in table[2:6]] == [
-        ["digits", "0-9", "random"], ["digits", "0-4", "random"], ["digits", "5-9", "pretrained"],
-        ["digits", "5-9", "random"]]
-    assert f"timm.create_model('local-dir:{tmp_path / 'digits04'}', pretrained=True)" in out
-    config = json.loads((tmp_path / "digits04" / "config.json").read_text())
+    assert [line.split()[:3] for line in table[2:7]] == [
+        ["digits", "0-9", "random"], ["digits", "0-4", "random"], ["digits", "0-4", "reloaded"],
+        ["digits", "5-9", "pretrained"], ["digits", "5-9", "random"]]
+    # the reloaded model scores exactly what the trained one did, and its logits are identical
+    assert table[3].split()[-4:-2] == table[4].split()[-4:-2]
+    repo = digits.REPO_ID
+    assert f"pushed {tmp_path / 'digits04'} to {repo}@main" in out
+    assert f"timm.create_model('hf-hub:{repo}', pretrained=True): logits max-abs-diff 0 against" in out
+    assert "Hub round trip: " in out and "logits max-abs-diff 0 against the trained model" in out
+    assert "PUT /upload/* (storage) x1" in out and "GET /lfs/* (storage) x1" in out  # the LFS path, not Xet
+
+    # pushed and pulled: the same files as saved; the pulled copy loads and gives the saved model's logits
+    saved, pulled = tmp_path / "digits04", tmp_path / "digits04-pulled"
+    assert (pulled / "model.safetensors").read_bytes() == (saved / "model.safetensors").read_bytes()
+    assert json.loads((pulled / "config.json").read_text()) == json.loads((saved / "config.json").read_text())
+    config = json.loads((saved / "config.json").read_text())
     assert config["architecture"] == "scratch_vit_ti16"
     assert config["model_args"]["in_chans"] == 1 and config["num_classes"] == 5
     assert config["pretrained_cfg"]["mean"] == [0.5]
-    model = timm.create_model(f"local-dir:{tmp_path / 'digits04'}", pretrained=True).eval()
-    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 5)
+    x = torch.zeros(2, 1, 8, 8)
+    models = [timm.create_model(f"local-dir:{d}", pretrained=True).eval() for d in (saved, pulled)]
+    with torch.no_grad():
+        assert models[0](x).shape == (2, 5) and torch.equal(models[0](x), models[1](x))
+
+    # the user's environment, client settings and cache are as they were
+    assert dict(os.environ) == environment
+    assert {k: v for k, v in vars(constants).items() if k.isupper()} == settings
+    assert not user_home.exists()
 
 
 def test_vitscratch_demo_subcommand(tmp_path, capsys):
     assert cli_main(["demo", "--fast", "--no-progress", "--out", str(tmp_path)]) == 0
-    assert "pretrained on 0-4, new head" in capsys.readouterr().out
+    assert "pretrained on 0-4 (hf-hub:), new head" in capsys.readouterr().out
     assert (tmp_path / "digits04" / "model.safetensors").is_file()

@@ -3,6 +3,7 @@ import json
 
 import pytest
 import timm
+import torch
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import (
     HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
@@ -190,3 +191,17 @@ def test_client_without_hf_hub_disable_xet_gets_told_to_set_it(hub_env, tmp_path
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
     assert cli_main(["push", str(model_dir(tmp_path / "src", tiny())), repo_for(request)]) == 2
     assert "set HF_HUB_DISABLE_XET=1" in capsys.readouterr().err
+
+
+def test_placement_args_in_config_are_ignored(hub_env, tmp_path, request):
+    """model_args saying where to build (device, dtype) never decide where a checked model is built."""
+    directory = model_dir(tmp_path / "src", tiny())
+    config = json.loads((directory / "config.json").read_text())
+    config["model_args"].update(device="cuda:7", dtype="float64")  # no GPU here; a dtype given as a string
+    (directory / "config.json").write_text(json.dumps(config))
+    _, model = hub.check_model_directory(directory)
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    repo = repo_for(request)
+    hub.push(directory, repo)
+    assert hub.pull(repo, tmp_path / "out").is_dir()

@@ -9,7 +9,8 @@ from timm.models import load_checkpoint
 from timm.task import ClassificationTask, TokenDistillationTask, resume_task_checkpoint
 from timm.utils import CheckpointSaver
 
-from timm_vitscratch.training import create_train_state, evaluate_top1, save_model_dir, train, train_step
+from timm_vitscratch.hub_format import save_model_directory
+from timm_vitscratch.training import create_train_state, evaluate_top1, train, train_step
 
 from conftest import TINY, tiny
 
@@ -198,14 +199,18 @@ def test_bfloat16_autocast_on_cpu_trains():
     state.optimizer.step()
 
 
-def test_save_model_dir_round_trips_through_timm_local_dir(tmp_path):
+def test_save_model_directory_round_trips_through_timm_local_dir(tmp_path):
     from timm_vitscratch.files import sha256_file
     from timm_vitscratch.hub_format import WEIGHTS_NAME, read_config
 
     model = tiny("scratch_vit_b16_in21k", num_classes=5, representation_size=48).eval()
-    directory = save_model_dir(model, tmp_path / "trained", source=dict(kind="test"))
+    # a torch.compile wrapper (as train.py --torchcompile holds the model) is unwrapped: no _orig_mod. keys
+    directory = save_model_directory(torch.compile(model), tmp_path / "trained", source=dict(kind="test"))
     config = read_config(directory)
     assert config["vitscratch"]["sha256"] == sha256_file(directory / WEIGHTS_NAME)
+    assert config["vitscratch"]["source"] == {"kind": "test"}
+    stored = safetensors.torch.load_file(str(directory / WEIGHTS_NAME))  # the safetensors library reads it
+    assert set(stored) == set(model.state_dict())
     assert config["architecture"] == "scratch_vit_b16_in21k" and config["model_args"]["depth"] == 2
     loaded = timm.create_model(f"local-dir:{directory}", pretrained=True).eval()
     x = torch.randn(2, 3, 32, 32)
@@ -228,7 +233,7 @@ def test_timm_factory_device_and_dtype_arguments():
 def test_logit_distillation_with_teacher_created_by_name_from_a_model_dir(tmp_path):
     from timm.task import LogitDistillationTask
 
-    teacher_dir = save_model_dir(tiny(num_classes=4), tmp_path / "teacher")
+    teacher_dir = save_model_directory(tiny(num_classes=4), tmp_path / "teacher")
     # train.py --kd-model-name local-dir:DIR: timm creates the teacher by name, pretrained, device given
     task = LogitDistillationTask(tiny(num_classes=4), f"local-dir:{teacher_dir}", device=torch.device("cpu"),
                                  verbose=False)

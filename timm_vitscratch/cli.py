@@ -186,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .examples.digits import add_arguments as add_demo_arguments
 
-    p_demo = commands.add_parser("demo", help="train, save, reload and fine-tune on scikit-learn's digits")
+    p_demo = commands.add_parser(
+        "demo", help="scikit-learn's digits: train, push to a local Hub and pull, reload with hf-hub:, fine-tune")
     add_demo_arguments(p_demo)
     p_demo.set_defaults(func=_cmd_demo)
 

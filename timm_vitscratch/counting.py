@@ -119,9 +119,12 @@ def param_breakdown(model: nn.Module) -> Dict[str, int]:
 
 
 def build_on_meta(model_name: str, **kwargs: Any) -> nn.Module:
-    """Build a registered model with no storage, to count even ViT-H in milliseconds."""
+    """Build a registered model with no storage, to count even ViT-H in milliseconds.
+
+    A ``device`` argument is overridden: whatever the caller (or a config file) says, nothing is allocated.
+    """
     with torch.device("meta"):
-        return timm.create_model(model_name, **kwargs)
+        return timm.create_model(model_name, **{**kwargs, "device": "meta"})
 
 
 def torchvision_reference(model_name: str, num_classes: Optional[int] = None) -> Optional[nn.Module]:

@@ -20,3 +20,11 @@ class ConversionError(ValueError):
 
 class VerificationError(ConversionError):
     """The converted model's logits differ from the source model's by more than the tolerance."""
+
+
+class ModelDirectoryError(ValueError):
+    """A model directory (local or on the Hub) whose files are missing, foreign, damaged or inconsistent.
+
+    Raised by ``hub_format.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
+    the message starts with the directory (or ``repo@revision``) and says what is wrong.
+    """

@@ -10,13 +10,15 @@ not what it claims raises :class:`ModelDirectoryError`.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import timm
 from huggingface_hub import HfApi, constants, snapshot_download
@@ -25,64 +27,52 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 from safetensors import safe_open
-from safetensors.torch import save as save_tensors
 from timm.models import split_model_name_tag
 from timm.models._hub import load_model_config_from_hf
 from torch import nn
 
 from .counting import build_on_meta
+from .errors import ModelDirectoryError
 from .files import PathLike, atomic_write, current_umask, sha256_file
-from .hub_format import CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, model_config, read_config, write_config
+from .hub_format import (  # noqa: F401  (save_model_directory: also importable from here)
+    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config, save_model_directory,
+    write_config,
+)
 from .model_card import model_card
 from .variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
 
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
-
-
-class ModelDirectoryError(ValueError):
-    """A model directory (local or on the Hub) whose files are missing, foreign or inconsistent."""
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: transport errors (the HTTP client's class names) of a connection that was open and then lost
+_DROPPED = {"RemoteProtocolError", "ReadError", "WriteError"}
 
 
 # --- the model directory ---------------------------------------------------------------------------
-def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
-    """Write ``model`` as a model directory: ``model.safetensors`` then a ``config.json`` with its sha256."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    weights = directory / WEIGHTS_NAME
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    with atomic_write(weights) as handle:  # serialised in memory: this writer is for models already in memory
-        handle.write(save_tensors(tensors))
-    write_config(directory, model_config(model, weights_sha256=sha256_file(weights), source=source))
-    return directory
-
-
 def check_model_directory(directory: PathLike, require_sha256: bool = True,
                           label: Optional[str] = None) -> Tuple[Dict[str, Any], nn.Module]:
     """Check that ``directory`` holds weights for a registered architecture, as its config says.
 
     Returns the config and the model built from it on ``meta`` (no memory). Raises
-    :class:`ModelDirectoryError` naming what is wrong: a missing file, an architecture the plugin
-    does not register, tensors that do not fit the architecture, or a sha256 that does not match.
+    :class:`ModelDirectoryError` naming what is wrong: a missing or damaged file, an architecture the
+    plugin does not register, tensors that do not fit the architecture, or a sha256 that does not match.
+    Only the safetensors header is parsed (by the safetensors library, which bounds it) before the
+    sha256 is computed; nothing in either file is executed.
     """
     directory = Path(directory)
     label = label or str(directory)
     try:
         config = read_config(directory)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ModelDirectoryError) as err:
         raise ModelDirectoryError(f"{label}: {err}") from None
     weights = directory / WEIGHTS_NAME
     if not weights.is_file():
         raise ModelDirectoryError(f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    architecture = config.get("architecture")
-    if architecture not in ARCHITECTURES:
-        raise ModelDirectoryError(
-            f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
-            f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
-            f"timm.create_model('hf-hub:...') / 'local-dir:...'.")
-    model = _meta_model(config, label)
-    _check_tensors(weights, model, label)
+    found = _tensor_shapes(weights, label)
+    architecture, kwargs = config_model_args(config, found, label)
+    model = _meta_model(architecture, kwargs, label)
+    _check_tensors(found, model, label)
     expected = config.get(METADATA_KEY, {}).get("sha256")
     if expected is None:
         if require_sha256:
@@ -97,23 +87,25 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True,
     return config, model
 
 
-def _meta_model(config: Dict[str, Any], label: str) -> nn.Module:
-    kwargs = dict(config.get("model_args") or {})
-    kwargs.setdefault("num_classes", config.get("num_classes", 1000))
+def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:
     try:
-        return build_on_meta(config["architecture"], **kwargs)
-    except (TypeError, ValueError) as err:
+        return build_on_meta(architecture, **kwargs)
+    except Exception as err:  # any argument the model rejects, however it rejects it
         raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args {kwargs} do not build "
-                                  f"{config['architecture']}: {err}") from None
+                                  f"{architecture}: {type(err).__name__}: {err}") from None
 
 
-def _check_tensors(weights: Path, model: nn.Module, label: str) -> None:
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[int, ...]]:
+    """Names and shapes from the safetensors header (validated by the library; no tensor is read)."""
     try:
         with safe_open(str(weights), framework="pt") as handle:
-            found = {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
+            return {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
     except Exception as err:  # safetensors raises its own error types for a damaged header
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
+
+
+def _check_tensors(found: Dict[str, Tuple[int, ...]], model: nn.Module, label: str) -> None:
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [f"missing {k}" for k in expected if k not in found]
     problems += [f"unexpected {k}" for k in found if k not in expected]
     problems += [f"{k}: {found[k]} where the architecture needs {v}" for k, v in expected.items()
@@ -190,44 +182,157 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
     copied into a temporary directory beside ``out_dir``, checked (registered architecture, tensors
     fit the config, sha256 equals ``config.json``'s ``vitscratch.sha256``) and renamed into place:
     on any failure ``out_dir`` is left as it was. A non-empty ``out_dir`` is replaced only with ``force``.
+
+    Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
+    if they are damaged again the pull fails and the damaged copy is removed from the cache.
+    Pulls into one ``out_dir`` may run at once (they take turns to install, under a lock on the parent
+    directory), and a pull cleans up what an earlier, killed pull into ``out_dir`` left behind.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
-    occupied = out_dir.is_dir() and any(out_dir.iterdir())
-    if occupied and not force:
-        raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     if not out_dir.parent.is_dir():
         raise FileNotFoundError(f"output directory's parent {str(out_dir.parent)!r} does not exist")
+    with directory_lock(out_dir.parent):
+        recover_interrupted_pull(out_dir)
+    if _occupied(out_dir) and not force:
+        raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     label = f"{repo_id}@{revision or constants.DEFAULT_REVISION}"
-    snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES)))
+    snapshot = _download(repo_id, revision, token, label)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; OUT_DIR gets what mkdir would give
-        for name in REPO_FILES:
-            if (snapshot / name).is_file():
-                with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-        check_model_directory(staging, require_sha256=True, label=label)
-        _install(staging, out_dir, occupied)
+        with directory_lock(staging):  # held while alive: a later pull removes only staging nobody holds
+            os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; OUT_DIR gets what mkdir would give
+            for name in REPO_FILES:
+                if (snapshot / name).is_file():
+                    with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+            check_model_directory(staging, require_sha256=True, label=label)
+            with directory_lock(out_dir.parent):
+                recover_interrupted_pull(out_dir, keep=staging)
+                _install(staging, out_dir, force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out_dir
 
 
-def _install(staging: Path, out_dir: Path, occupied: bool) -> None:
-    if not occupied:
+def _occupied(directory: Path) -> bool:
+    return directory.is_dir() and any(directory.iterdir())
+
+
+def _download(repo_id: str, revision: Optional[str], token: Optional[str], label: str) -> Path:
+    """The repo's files in the Hugging Face cache, with weights whose bytes are what the Hub says it holds."""
+    for attempt in range(2):
+        snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES),
+                                          force_download=attempt > 0))
+        weights = snapshot / WEIGHTS_NAME
+        hub_sha256 = os.path.basename(os.path.realpath(weights))  # the cache names LFS blobs by their sha256
+        if not weights.is_file() or not _SHA256.match(hub_sha256):
+            # missing (check_model_directory says so), not an LFS file, or a cache without links
+            # (config.json's sha256 still decides)
+            remove_abandoned_downloads(snapshot)
+            return snapshot
+        actual = sha256_file(weights)
+        if actual == hub_sha256:
+            remove_abandoned_downloads(snapshot)
+            return snapshot
+    os.unlink(os.path.realpath(weights))  # never leave damaged bytes in the cache under the Hub's sha256
+    raise ModelDirectoryError(
+        f"{label}: {WEIGHTS_NAME} arrived damaged twice: the Hub says its sha256 is {hub_sha256}, the bytes received "
+        f"have {actual} (a proxy or the network altering the download?); nothing was installed")
+
+
+def remove_abandoned_downloads(snapshot: Path) -> None:
+    """Delete partial downloads of this repo that a killed process left in the Hugging Face cache.
+
+    huggingface_hub downloads each file to a process-unique ``blobs/<etag>.<random>.incomplete`` under a
+    lock (``.locks/<repo folder>/<etag>.lock``, an flock) and never resumes or removes another process's
+    file. A partial file whose lock nobody holds belongs to no running download.
+    """
+    repo_folder = snapshot.parent.parent
+    locks = repo_folder.parent / ".locks" / repo_folder.name
+    for partial in (repo_folder / "blobs").glob("*.incomplete"):
+        lock_path = locks / f"{partial.name.split('.')[0]}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+        except BlockingIOError:
+            pass  # a download is under way
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _install(staging: Path, out_dir: Path, force: bool) -> None:
+    """Rename ``staging`` into place (the caller holds the parent directory's lock)."""
+    if not _occupied(out_dir):
         os.replace(staging, out_dir)  # also replaces an empty directory
         return
+    if not force:
+        if _same_files(staging, out_dir):
+            shutil.rmtree(staging)  # another pull installed the same model meanwhile
+            return
+        raise FileExistsError(f"{out_dir} is not empty (it was filled while this pull ran); "
+                              "pull into a new directory or pass force=True (--force)")
     old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-    os.replace(out_dir, old)
+    os.replace(out_dir, old)  # a kill between these two renames is undone by the next pull's recovery
     try:
         os.replace(staging, out_dir)
     except BaseException:
         os.replace(old, out_dir)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    return names == sorted(p.name for p in b.iterdir()) and all(
+        (a / n).is_file() and (b / n).is_file() and sha256_file(a / n) == sha256_file(b / n) for n in names)
+
+
+def recover_interrupted_pull(out_dir: PathLike, keep: Optional[Path] = None) -> None:
+    """Undo what a pull into ``out_dir`` that was killed left behind (call under the parent's lock).
+
+    A previous model set aside (``.NAME.*.old``) goes back to ``out_dir`` if that is missing, and is removed
+    otherwise; staging directories (``.NAME.*.tmp``) that no living pull holds are removed.
+    """
+    out_dir = Path(out_dir)
+    for old in sorted(out_dir.parent.glob(f".{out_dir.name}.*.old"), key=lambda p: p.stat().st_mtime):
+        if not out_dir.exists():
+            os.replace(old, out_dir)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    for staging in out_dir.parent.glob(f".{out_dir.name}.*.tmp"):
+        if staging == keep or not staging.is_dir():
+            continue
+        try:
+            with directory_lock(staging, wait=False):
+                shutil.rmtree(staging, ignore_errors=True)
+        except BlockingIOError:
+            pass  # a pull that is running holds it
+
+
+@contextlib.contextmanager
+def directory_lock(directory: PathLike, wait: bool = True) -> Iterator[None]:
+    """An exclusive ``flock`` on a directory (released when the process dies, so a kill leaves no stale lock).
+
+    ``wait=False`` raises ``BlockingIOError`` when another process holds it.
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 # --- pretrained tags -------------------------------------------------------------------------------
@@ -280,6 +385,9 @@ def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[st
         message = error.server_message or str(error).splitlines()[0]
         return f"the Hub at {where} answered HTTP {status} for {repo_id}: {message.strip()}"
     if _is_network_error(error):
+        if type(error).__name__ in _DROPPED:
+            return (f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
+                    "huggingface_hub's retries, where it makes any, did not get through; try again later")
         return f"cannot reach the Hub at {where}: {type(error).__name__}: {error}"
     return str(error)
 

@@ -4,25 +4,21 @@ timm's ``train.py`` is the full-featured way to fine-tune our models; these help
 lines a script needs around timm's pieces, shared by the digits example (``examples/digits.py``)
 and the DDP check (``distributed.py``): a ``timm.task`` computes the loss, ``create_optimizer_v2``
 builds the parameter groups (weight decay filtering, layer-wise LR decay through the model's
-``group_matcher``), ``create_scheduler_v2`` steps the LR per update.
+``group_matcher``), ``create_scheduler_v2`` steps the LR per update. A trained model is saved with
+``hub_format.save_model_directory``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
-import safetensors.torch
 import torch
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from timm.task import TrainingTask
-from timm.utils import accuracy, unwrap_model
+from timm.utils import accuracy
 from torch import nn
-
-from .files import PathLike, atomic_write, sha256_file
-from .hub_format import WEIGHTS_NAME, model_config, write_config
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -116,20 +112,3 @@ def tensor_batches(images: torch.Tensor, targets: torch.Tensor, batch_size: int,
     for start in range(0, len(images), batch_size):
         index = order[start:start + batch_size]
         yield images[index], targets[index]
-
-
-def save_model_dir(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
-    """Write a trained model as a model directory (``hub_format``): weights, then ``config.json``.
-
-    Both files are written atomically; ``timm.create_model("local-dir:DIR", pretrained=True)``
-    rebuilds the architecture from the config and loads the weights.
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    model = unwrap_model(model)  # DDP / torch.compile wrappers would prefix every key
-    state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-    weights = directory / WEIGHTS_NAME
-    with atomic_write(weights) as handle:
-        handle.write(safetensors.torch.save(state))
-    write_config(directory, model_config(model, sha256_file(weights), source))
-    return directory

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import mmap
 import os
 import pickle
@@ -30,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 
 from ..errors import ConversionError
 from .page_release import PageReleaser
@@ -39,6 +40,9 @@ WRAPPER_KEYS = ("state_dict", "model")
 EMA_KEYS = ("state_dict_ema", "model_ema")
 KEY_PREFIXES = ("module.", "_orig_mod.")
 NPZ_PREFIXES = ("opt/target/",)
+#: an .npz member larger than the floor may expand at most this many times over its stored size
+NPZ_MAX_EXPANSION = 100
+NPZ_EXPANSION_FLOOR = 256 << 20
 #: weight files looked for, in order, when the source is a directory
 DIRECTORY_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth", "model.npz")
 
@@ -153,7 +157,7 @@ class SafetensorsCheckpoint(Checkpoint):
                 for key in handle.keys():
                     piece = handle.get_slice(key)
                     entries[key] = (tuple(piece.get_shape()), piece.get_dtype())
-        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        except Exception as err:  # SafetensorError for a bad header, sizes or offsets; OSError, ...
             raise ConversionError(f"not a valid safetensors file (truncated or corrupt?): {err}", path) from None
         header_size = struct.unpack("<Q", _read_exactly(path, 0, 8))[0]
         header = json.loads(_read_exactly(path, 8, header_size))
@@ -226,20 +230,27 @@ class NpzCheckpoint(Checkpoint):
         super().__init__(path)
         try:
             self._npz = np.load(path, allow_pickle=False)
+        except Exception as err:  # zipfile, zlib and numpy each have their own error types for damage
+            raise ConversionError(f"not a readable .npz archive (truncated or corrupt?): {_brief(err)}", path) from None
+        try:
             if not isinstance(self._npz, np.lib.npyio.NpzFile):
                 raise ConversionError("is a single .npy array, not an .npz archive of named arrays", path)
-            entries = {key: _npy_header(self._npz.zip, key + ".npy", path) for key in self._npz.files}
+            size = path.stat().st_size
+            entries = {key: _npy_member(self._npz.zip, key, size, path) for key in self._npz.files}
         except ConversionError:
+            self.close()
             raise
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as err:
-            raise ConversionError(f"not a readable .npz archive (truncated or corrupt?): {err}", path) from None
+        except Exception as err:
+            self.close()
+            raise ConversionError(f"not a readable .npz archive (truncated or corrupt?): {_brief(err)}", path) from None
         self._set_entries(entries, NPZ_PREFIXES)
 
     def _read(self, key: str) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(self._npz[self._raw[key]]))
 
     def close(self) -> None:
-        self._npz.close()
+        if isinstance(self._npz, np.lib.npyio.NpzFile):
+            self._npz.close()
 
 
 def _read_exactly(path: Path, offset: int, size: int) -> bytes:
@@ -251,17 +262,43 @@ def _read_exactly(path: Path, offset: int, size: int) -> bytes:
     return data
 
 
-def _npy_header(archive: zipfile.ZipFile, member: str, path: Path) -> Tuple[Shape, torch.dtype]:
-    with archive.open(member) as handle:
+def _npy_member(archive: zipfile.ZipFile, key: str, archive_size: int, path: Path) -> Tuple[Shape, torch.dtype]:
+    """Shape and dtype of one ``.npz`` member, from its header; refuses members that would expand past reason.
+
+    Checked before a byte of array data is read: the member lies inside the file, its header's shape
+    accounts for exactly the bytes the member holds, and it does not decompress to more than
+    ``NPZ_MAX_EXPANSION`` times its stored size (beyond ``NPZ_EXPANSION_FLOOR``): numeric weights
+    barely compress, so a member that does is a decompression bomb, not a checkpoint.
+    """
+    info = archive.getinfo(key + ".npy")
+    if info.header_offset + info.compress_size > archive_size:
+        raise ConversionError(f"array {key!r} claims {info.compress_size} stored bytes, past the end of the "
+                              f"{archive_size}-byte file (truncated?)", path)
+    if info.file_size > NPZ_EXPANSION_FLOOR and info.file_size > NPZ_MAX_EXPANSION * max(info.compress_size, 1):
+        raise ConversionError(
+            f"array {key!r} would decompress from {info.compress_size} to {info.file_size} bytes (more than "
+            f"{NPZ_MAX_EXPANSION}x): a decompression bomb, not weights; refused before decompressing it", path)
+    with archive.open(info) as handle:
         version = np.lib.format.read_magic(handle)
         if version == (1, 0):
             shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
         else:
             shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+        header_size = handle.tell()
     if dtype.hasobject or dtype not in NUMPY_DTYPES:
-        raise ConversionError(f"array {member[:-4]!r} has dtype {dtype}, which is not a plain numeric array "
+        raise ConversionError(f"array {key!r} has dtype {dtype}, which is not a plain numeric array "
                               f"(object arrays are pickles and are never loaded)", path)
+    claimed = math.prod(shape) * dtype.itemsize  # Python integers: no overflow, whatever the header says
+    if claimed != info.file_size - header_size:
+        raise ConversionError(f"array {key!r} has a header claiming shape {tuple(shape)} {dtype} ({claimed} bytes), "
+                              f"but the member holds {info.file_size - header_size} bytes of data", path)
     return tuple(shape), NUMPY_DTYPES[dtype]
+
+
+def _brief(err: BaseException) -> str:
+    """``Type: first line`` of a library's error, for messages about damaged files."""
+    first = str(err).strip().split("\n")[0]
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def _torch_load(path: Path, mmap: bool) -> Any:
@@ -277,9 +314,8 @@ def _torch_load(path: Path, mmap: bool) -> Any:
             f"refused to unpickle: it needs more than tensors ({unsafe}). Checkpoints are loaded with "
             f"torch.load(weights_only=True), which never runs code from the file. If this is a whole model "
             f"saved with torch.save(model), save model.state_dict() instead", path) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, TypeError) as err:
-        first = str(err).strip().split("\n")[0]
-        raise ConversionError(f"not a readable torch checkpoint (truncated or corrupt?): {first}", path) from None
+    except Exception as err:  # weights_only's unpickler fails on damage with many types (IndexError, struct.error ...)
+        raise ConversionError(f"not a readable torch checkpoint (truncated or corrupt?): {_brief(err)}", path) from None
 
 
 def _describe(obj: Any) -> str:
@@ -326,8 +362,8 @@ def _sniff(path: Path) -> str:
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
-        except (zipfile.BadZipFile, OSError) as err:
-            raise ConversionError(f"is a damaged zip archive (truncated?): {err}", path) from None
+        except Exception as err:  # BadZipFile, but also UnicodeDecodeError, NotImplementedError ... on damage
+            raise ConversionError(f"is a damaged zip archive (truncated?): {_brief(err)}", path) from None
         if any(name.endswith("data.pkl") for name in names):
             return "torch-zip"
         if names and all(name.endswith(".npy") for name in names):

@@ -18,12 +18,12 @@ import torch
 
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike, fsync_directory
-from ..hub_format import CONFIG_NAME, WEIGHTS_NAME, model_config, write_config
+from ..hub_format import CONFIG_NAME, WEIGHTS_NAME, write_model_directory
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
 from .verify import DEFAULT_TOLERANCE, Verification, verify_conversion
-from .writer import TensorSpec, write_safetensors
+from .writer import TensorSpec
 
 STAGING_PREFIX = ".convert-"
 
@@ -103,16 +103,14 @@ def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype:
         for source in targets[spec.name].rule.sources:
             checkpoint.release(source)
 
-    sha256 = write_safetensors(stage / WEIGHTS_NAME, plan.specs, _producer(checkpoint, targets),
-                               written=release_sources)
     source_info = {
         "format": plan.fmt.name, "file": checkpoint.path.name, "wrapper": checkpoint.wrapper,
         "dtype": str(out_dtype).replace("torch.", "") if out_dtype else "as stored",
     }
     if plan.resampled:
         source_info["resampled_from"] = list(plan.arch.img_size)
-    write_config(stage, model_config(plan.meta_model, weights_sha256=sha256, source=source_info))
-    return sha256
+    return write_model_directory(stage, plan.meta_model, plan.specs, _producer(checkpoint, targets),
+                                 source=source_info, written=release_sources)
 
 
 def convert(

@@ -1,6 +1,7 @@
 """``export()``: a scratch model directory -> a stock timm / torchvision state dict or Google's JAX ``.npz``."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Union
@@ -8,9 +9,9 @@ from typing import List, Union
 import torch
 
 from ..counting import build_on_meta
-from ..errors import ConversionError
+from ..errors import ConversionError, ModelDirectoryError
 from ..files import PathLike, sha256_file
-from ..hub_format import METADATA_KEY, WEIGHTS_NAME, read_config
+from ..hub_format import METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config
 from ..variants import ARCHITECTURES
 from .checkpoint import open_checkpoint
 from .formats import formats
@@ -48,20 +49,23 @@ def _load_model_dir(model_dir: Path):
         config = read_config(model_dir)
     except (FileNotFoundError, ValueError) as err:
         raise ConversionError(str(err)) from None
-    name = config.get("architecture")
-    if name not in ARCHITECTURES:
-        raise ConversionError(f"config.json names architecture {name!r}, which is not a scratch model "
-                              f"(expected one of {', '.join(ARCHITECTURES)})", model_dir)
     weights = model_dir / WEIGHTS_NAME
-    if not weights.is_file():
+    name = config.get("architecture")
+    if name in ARCHITECTURES and not weights.is_file():
         raise ConversionError(f"{WEIGHTS_NAME} not found", model_dir)
+    try:
+        with open_checkpoint(weights) if weights.is_file() else contextlib.nullcontext() as checkpoint:
+            names = checkpoint.keys() if checkpoint is not None else []
+        name, kwargs = config_model_args(config, names, str(model_dir))
+    except ModelDirectoryError as err:
+        raise ConversionError(str(err)) from None
     expected = config.get(METADATA_KEY, {}).get("sha256")
     if expected and sha256_file(weights) != expected:
         raise ConversionError(f"{WEIGHTS_NAME} does not match the sha256 recorded in config.json (changed or "
                               f"corrupt since it was written)", weights)
     try:
-        model = build_on_meta(name, **config.get("model_args", {}))
-    except (TypeError, ValueError) as err:
+        model = build_on_meta(name, **kwargs)
+    except Exception as err:  # any argument the model rejects, however it rejects it
         raise ConversionError(f"config.json's model_args do not build {name}: {err}", model_dir) from None
     return name, model, weights
 

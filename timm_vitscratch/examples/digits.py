@@ -2,10 +2,13 @@
 
 1. Train a small ``scratch_vit_ti16`` (shrunk for 8x8 inputs: 2x2 patches, 4 blocks of width 64)
    on all ten digits with timm's task, optimizer and scheduler; report validation top-1.
-2. Pretrain the same model on digits 0-4, save it as a model directory (``model.safetensors`` +
-   timm's ``config.json``), share it and load it back with ``timm.create_model(<name>,
-   pretrained=True)``, give it a new head and fine-tune it on digits 5-9.
-3. Train the model from scratch on digits 5-9 for the same number of steps, and compare.
+2. Pretrain the same model on digits 0-4 and save it as a model directory (``model.safetensors`` +
+   timm's ``config.json``).
+3. Push it to a local Hub-protocol server started here on 127.0.0.1 (what ``vitscratch push`` does),
+   pull it back (``vitscratch pull``) and load it with ``timm.create_model("hf-hub:ORG/NAME",
+   pretrained=True)``: the logits must equal the trained model's.
+4. Load it once more with ``num_classes=5`` (a new head) and fine-tune it on digits 5-9, next to
+   the same model trained from scratch for the same number of steps.
 
 Run it with ``vitscratch demo`` or ``python -m timm_vitscratch.examples.digits`` (``--fast`` for a
 few-second smoke run).
@@ -26,12 +29,17 @@ import torch
 from timm.task import ClassificationTask
 from torch import nn
 
-from ..training import create_train_state, evaluate_top1, save_model_dir, tensor_batches, train_step
+from .. import hub
+from ..hub_format import save_model_directory
+from ..training import create_train_state, evaluate_top1, tensor_batches, train_step
+from .local_hub_session import local_hub_session, request_summary
 
 MODEL = "scratch_vit_ti16"
 ALL_DIGITS = tuple(range(10))
 PRETRAIN_DIGITS = (0, 1, 2, 3, 4)
 FINETUNE_DIGITS = (5, 6, 7, 8, 9)
+#: the Hub repository the pretrained model is pushed to (on the local server only)
+REPO_ID = "digits-demo/scratch_vit_ti16.digits04"
 
 
 @dataclass(frozen=True)
@@ -71,9 +79,27 @@ class Split:
 class Row:
     task: str
     init: str
-    steps: int
+    steps: Optional[int]  # None: no training in this step
     top1: float
     seconds: float
+
+
+@dataclass
+class HubRoundTrip:
+    """What the Hub step did: the push's commit, and how far the ``hf-hub:`` model is from the trained one."""
+
+    url: str
+    repo_id: str
+    commit: str
+    max_abs_diff: float
+    images: int
+    requests: Dict[str, int]
+
+
+@dataclass
+class ExampleResult:
+    rows: List[Row]
+    hub: HubRoundTrip
 
 
 def load_split(digits: Sequence[int], val_fraction: float = 0.2, seed: int = 0) -> Split:
@@ -141,13 +167,36 @@ def fit(model: nn.Module, split: Split, steps: int, recipe: Recipe, desc: str, p
     return top1, time.perf_counter() - start
 
 
-def share(directory: Path) -> str:
-    """The name timm loads a saved model directory by.
+def round_trip_through_hub(model: nn.Module, model_dir: Path, split: Split, out_dir: Path, recipe: Recipe,
+                           seed: int, log: Callable[[str], None]) -> Tuple[nn.Module, Row, HubRoundTrip]:
+    """Push ``model_dir`` to a local Hub, pull it, reload it with ``hf-hub:``; returns that model with a new head.
 
-    This is the seam for the Hub: here the directory itself (``local-dir:``); with ``vitscratch
-    push`` it becomes an upload to a Hub server and an ``hf-hub:ORG/NAME`` id.
+    The reloaded model (old head) is compared with ``model`` on ``split``'s validation images: the
+    max-abs-diff of the logits and its top-1 go into the report.
     """
-    return f"local-dir:{directory}"
+    start = time.perf_counter()
+    name = f"hf-hub:{REPO_ID}"
+    with local_hub_session() as server:
+        log(f"local Hub (a test/demo server, not huggingface.co) at {server.url}; this process's client: "
+            f"HF_ENDPOINT={server.url} HF_HUB_DISABLE_XET=1 HF_HOME=<temporary>")
+        commit = hub.push(model_dir, REPO_ID).oid
+        log(f"pushed {model_dir} to {REPO_ID}@main, commit {commit[:12]} (what `vitscratch push DIR {REPO_ID}` does)")
+        pulled = hub.pull(REPO_ID, out_dir / "digits04-pulled", force=True)
+        log(f"pulled {REPO_ID} into {pulled}, sha256 verified (what `vitscratch pull {REPO_ID} DIR` does)")
+        reloaded = timm.create_model(name, pretrained=True).eval()
+        with torch.inference_mode():
+            max_abs_diff = (reloaded(split.val_images) - model.eval()(split.val_images)).abs().max().item()
+        top1 = evaluate_top1(reloaded, tensor_batches(split.val_images, split.val_labels, 256))
+        log(f"timm.create_model({name!r}, pretrained=True): logits max-abs-diff {max_abs_diff:g} against the "
+            f"trained model on {len(split.val_labels)} validation images")
+        torch.manual_seed(seed)  # the new head's initialisation
+        pretrained = timm.create_model(name, pretrained=True, num_classes=len(FINETUNE_DIGITS), **recipe.drop_args)
+        log(f"timm.create_model({name!r}, pretrained=True, num_classes={len(FINETUNE_DIGITS)}): "
+            "the 0-4 model with a new head, for digits 5-9")
+        requests = request_summary(server)
+        log("requests the real huggingface_hub client made: " + ", ".join(f"{k} x{n}" for k, n in requests.items()))
+    row = Row("digits 0-4", "reloaded from hf-hub: (push, pull)", None, top1, time.perf_counter() - start)
+    return pretrained, row, HubRoundTrip(server.url, REPO_ID, commit, max_abs_diff, len(split.val_labels), requests)
 
 
 def _steps_per_epoch(split: Split, batch_size: int) -> int:
@@ -155,8 +204,8 @@ def _steps_per_epoch(split: Split, batch_size: int) -> int:
 
 
 def run(recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0,
-        log: Callable[[str], None] = print) -> List[Row]:
-    """The whole example; returns the rows of the accuracy table."""
+        log: Callable[[str], None] = print) -> ExampleResult:
+    """The whole example; returns the rows of the accuracy table and what the Hub step did."""
     rows = []
     full = load_split(ALL_DIGITS, seed=seed)
     steps = recipe.epochs * _steps_per_epoch(full, recipe.batch_size)
@@ -170,25 +219,24 @@ def run(recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0,
     steps = recipe.pretrain_epochs * _steps_per_epoch(first, recipe.batch_size)
     rows.append(Row("digits 0-4", "random", steps, *fit(model, first, steps, recipe, "pretrain 0-4", progress, seed)))
 
-    model_dir = save_model_dir(model, out_dir / "digits04",
-                               source=dict(example="digits", digits=list(PRETRAIN_DIGITS)))
-    name = share(model_dir)
-    pretrained = timm.create_model(name, pretrained=True, **recipe.drop_args)
-    log(f"saved {model_dir} and loaded it back as timm.create_model({name!r}, pretrained=True)")
-    torch.manual_seed(seed)
-    pretrained.reset_classifier(len(FINETUNE_DIGITS))  # a new head for the new task
-    steps = recipe.finetune_steps
-    rows.append(Row("digits 5-9", "pretrained on 0-4, new head", steps,
-                    *fit(pretrained, second, steps, recipe, "fine-tune 5-9", progress, seed)))
+    model_dir = save_model_directory(model, out_dir / "digits04",
+                                     source=dict(example="digits", digits=list(PRETRAIN_DIGITS)))
+    log(f"saved {model_dir} (model.safetensors + config.json)")
+    pretrained, hub_row, round_trip = round_trip_through_hub(model, model_dir, first, out_dir, recipe, seed, log)
+    rows.append(hub_row)
 
+    steps = recipe.finetune_steps
+    rows.append(Row("digits 5-9", "pretrained on 0-4 (hf-hub:), new head", steps,
+                    *fit(pretrained, second, steps, recipe, "fine-tune 5-9", progress, seed)))
     scratch = create_digits_model(recipe, len(FINETUNE_DIGITS), seed)
     rows.append(Row("digits 5-9", "random", steps, *fit(scratch, second, steps, recipe, "scratch 5-9", progress, seed)))
-    return rows
+    return ExampleResult(rows, round_trip)
 
 
 def format_table(rows: Sequence[Row]) -> str:
     header = ("task", "init", "steps", "val top-1", "time")
-    cells = [(r.task, r.init, f"{r.steps}", f"{r.top1:.1f} %", f"{r.seconds:.1f} s") for r in rows]
+    cells = [(r.task, r.init, "-" if r.steps is None else f"{r.steps}", f"{r.top1:.1f} %", f"{r.seconds:.1f} s")
+             for r in rows]
     widths = [max(len(str(line[i])) for line in [header, *cells]) for i in range(len(header))]
     align = ("<", "<", ">", ">", ">")
 
@@ -209,7 +257,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The example's flags (shared with ``vitscratch demo``)."""
     parser.add_argument("--fast", action="store_true", help="a smoke run: tiny model, a few steps")
     parser.add_argument("--out", type=Path, default=None,
-                        help="where the pretrained model directory goes (default: a temporary directory)")
+                        help="where the pretrained model directory (digits04/) and its copy pulled from the "
+                             "local Hub (digits04-pulled/) go (default: a temporary directory)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: these small matrices gain little from more)")
     parser.add_argument("--seed", type=int, default=0)
@@ -224,9 +273,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vitscratch-digits-") as tmp:
         out_dir = args.out if args.out is not None else Path(tmp)
-        rows = run(recipe, out_dir, progress=not args.no_progress, seed=args.seed)
+        result = run(recipe, out_dir, progress=not args.no_progress, seed=args.seed)
     print()
-    print(format_table(rows))
+    print(format_table(result.rows))
+    trip = result.hub
+    print(f"\nHub round trip: {trip.repo_id} pushed to the local Hub (commit {trip.commit[:12]}), pulled, and loaded "
+          f"with timm.create_model('hf-hub:{trip.repo_id}', pretrained=True): logits max-abs-diff "
+          f"{trip.max_abs_diff:g} against the trained model ({trip.images} validation images)")
     print(f"\ntotal {time.perf_counter() - start:.1f} s on {args.threads} thread(s)"
           f" of {os.cpu_count()} CPU core(s)")
     return 0

@@ -15,11 +15,14 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .faults import Fault, HttpErrorFault
+from .faults import (
+    CorruptBodyFault, CutBodyFault, DelayFault, DropConnectionFault, Fault, GateFault, HttpErrorFault,
+)
 from .server import HubRequestHandler, _Server
 from .store import RepoStore
 
-__all__ = ["Fault", "HttpErrorFault", "LocalHub", "RepoStore", "serve"]
+__all__ = ["CorruptBodyFault", "CutBodyFault", "DelayFault", "DropConnectionFault", "Fault", "GateFault",
+           "HttpErrorFault", "LocalHub", "RepoStore", "serve"]
 
 
 class LocalHub:
@@ -74,7 +77,10 @@ class LocalHub:
     # --- faults and the request log ------------------------------------------------------------
     def inject_error(self, status: int = 500, **match: object) -> HttpErrorFault:
         """Answer matching requests (``method=``, ``path=`` regex, ``origin=``, ``times=``) with ``status``."""
-        fault = HttpErrorFault(status, **match)
+        return self.inject(HttpErrorFault(status, **match))
+
+    def inject(self, fault: Fault) -> Fault:
+        """Add any :class:`Fault` (delay, dropped connection, cut or corrupted body ...); returns it."""
         self.faults.append(fault)
         return fault
 

@@ -1,16 +1,20 @@
 """Faults the local Hub can inject into its answers, to test how clients behave when the Hub misbehaves.
 
 A fault matches requests by origin (``"api"`` or ``"storage"``), method and a regular expression on
-the path, and answers them instead of the Hub, for a number of ``times`` or until removed. The server
-asks its faults in order before routing each request (``LocalHub.faults``); add new kinds by
-subclassing :class:`Fault` and overriding :meth:`Fault.respond`.
+the path, and handles them instead of the Hub, for a number of ``times`` or until removed. The server
+asks its faults in order before routing each request (``LocalHub.faults``). A fault either answers
+itself (an HTTP error, a dropped connection) or lets the Hub answer through
+``handler.route_request()`` and interferes with that (a delay, a body cut short or corrupted).
+Add new kinds by subclassing :class:`Fault` and overriding :meth:`Fault.respond`.
 """
 from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Dict, Optional
 
 
 class Fault:
@@ -44,20 +48,166 @@ class Fault:
 
 
 class HttpErrorFault(Fault):
-    """Answer with an HTTP error status (500 by default) and a Hub-style JSON error body."""
+    """Answer with an HTTP error status (500 by default) and a Hub-style JSON error body.
+
+    ``headers`` are added to the answer (``{"Retry-After": "0"}`` for a 429 the client may retry at once).
+    """
 
     def __init__(self, status: int = 500, message: str = "Internal Error - injected by the local Hub",
-                 **match: Any) -> None:
+                 headers: Optional[Dict[str, str]] = None, **match: Any) -> None:
         super().__init__(**match)
         self.status = status
         self.message = message
+        self.headers = dict(headers or {})
 
     def respond(self, handler: Any) -> None:
+        handler._drain()  # read the request body, so that the answer is not lost in a connection reset
         body = json.dumps({"error": self.message}).encode()
         handler.send_response(self.status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(body)))
         handler.send_header("X-Error-Message", self.message)
+        for key, value in self.headers.items():
+            handler.send_header(key, value)
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(body)
+
+
+class DelayFault(Fault):
+    """Wait ``seconds`` before the Hub answers (a slow or congested Hub); the answer itself is correct.
+
+    ``active`` counts requests being delayed right now and ``most_active`` the most at once (two clients
+    that overlapped in time show ``most_active == 2``).
+    """
+
+    def __init__(self, seconds: float, **match: Any) -> None:
+        super().__init__(**match)
+        self.seconds = seconds
+        self.active = 0
+        self.most_active = 0
+
+    def respond(self, handler: Any) -> None:
+        with self._lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            time.sleep(self.seconds)
+        finally:
+            with self._lock:
+                self.active -= 1
+        handler.route_request()
+
+
+class GateFault(Fault):
+    """Hold matching requests until ``parties`` of them wait at once, then let the Hub answer them all.
+
+    Makes clients meet in the middle of their work (two pulls of one repo really at the same time).
+    ``met`` tells whether they did; after ``timeout`` seconds a request is let through regardless.
+    """
+
+    def __init__(self, parties: int, timeout: float = 60.0, **match: Any) -> None:
+        super().__init__(**match)
+        self._barrier = threading.Barrier(parties, timeout=timeout)
+        self.met = False
+
+    def respond(self, handler: Any) -> None:
+        try:
+            self._barrier.wait()
+            self.met = True
+        except threading.BrokenBarrierError:
+            pass
+        handler.route_request()
+
+
+class DropConnectionFault(Fault):
+    """Close the connection without answering (a load balancer or proxy dropping it)."""
+
+    def respond(self, handler: Any) -> None:
+        handler.close_connection = True
+        try:
+            handler.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class CutBodyFault(Fault):
+    """Let the Hub answer, but drop the connection after ``after_bytes`` bytes of the response body."""
+
+    def __init__(self, after_bytes: int, **match: Any) -> None:
+        super().__init__(**match)
+        self.after_bytes = after_bytes
+
+    def respond(self, handler: Any) -> None:
+        def cut(chunk: bytes, offset: int, length: int) -> bytes:
+            if offset + len(chunk) > self.after_bytes:
+                raise _BodyCut(chunk[:max(self.after_bytes - offset, 0)])
+            return chunk
+
+        _filter_body(handler, cut)
+
+
+class CorruptBodyFault(Fault):
+    """Let the Hub answer, with one byte of the response body changed (``at``, default the middle).
+
+    Size and headers stay right: only a checksum of the content can tell.
+    """
+
+    def __init__(self, at: Optional[int] = None, **match: Any) -> None:
+        super().__init__(**match)
+        self.at = at
+
+    def respond(self, handler: Any) -> None:
+        def corrupt(chunk: bytes, offset: int, length: int) -> bytes:
+            at = self.at if self.at is not None else length // 2
+            if offset <= at < offset + len(chunk):
+                chunk = bytearray(chunk)
+                chunk[at - offset] ^= 0xFF
+                chunk = bytes(chunk)
+            return chunk
+
+        _filter_body(handler, corrupt)
+
+
+class _BodyCut(ConnectionResetError):
+    """Raised by a body transform: send ``last`` and then drop the connection."""
+
+    def __init__(self, last: bytes) -> None:
+        super().__init__("body cut short by an injected fault")
+        self.last = last
+
+
+class _BodyWriter:
+    """Stands in for ``handler.wfile`` while the Hub answers: the first write (the status line and headers)
+    passes, body bytes go through ``transform(chunk, offset, content_length)``."""
+
+    def __init__(self, wfile: Any, transform: Callable[[bytes, int, int], bytes]) -> None:
+        self._wfile, self._transform = wfile, transform
+        self._length: Optional[int] = None
+        self._offset = 0
+
+    def write(self, data: bytes) -> int:
+        if self._length is None:
+            found = re.search(rb"(?im)^content-length:\s*(\d+)", bytes(data))
+            self._length = int(found.group(1)) if found else 0
+            return self._wfile.write(data)
+        try:
+            chunk = self._transform(bytes(data), self._offset, self._length)
+        except _BodyCut as cut:
+            self._wfile.write(cut.last)
+            raise  # the server's handler drops the connection on a ConnectionError
+        self._offset += len(data)
+        return self._wfile.write(chunk)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wfile, name)
+
+
+def _filter_body(handler: Any, transform: Callable[[bytes, int, int], bytes]) -> None:
+    real = handler.wfile
+    writer = _BodyWriter(real, transform)
+    handler.wfile = writer
+    try:
+        handler.route_request()
+    finally:
+        handler.wfile = real

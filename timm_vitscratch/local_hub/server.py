@@ -142,14 +142,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         try:
             fault = hub.fault_for(origin, self.command, url.path)
             if fault is not None:
-                self._drain()
-                fault.respond(self)
+                fault.respond(self)  # answers itself, or calls route_request and interferes with it
             else:
-                route = self._route(origin, url.path)
-                if route is None:
-                    raise HubError(404, f"No route for {self.command} {url.path} on this local Hub")
-                handler, args = route
-                handler(*args, query=parse_qs(url.query))
+                self.route_request()
         except HubError as error:
             self._answer_error(error)
         except (ConnectionError, TimeoutError):
@@ -158,6 +153,15 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             self._answer_error(HubError(500, f"local Hub error: {type(error).__name__}: {error}"))
         finally:
             hub.record(origin, self.command, url.path, self._status)
+
+    def route_request(self) -> None:
+        """Answer the request as the Hub would (what a fault calls when it lets the Hub answer)."""
+        url = urlsplit(self.path)
+        route = self._route(self.server.origin, url.path)
+        if route is None:
+            raise HubError(404, f"No route for {self.command} {url.path} on this local Hub")
+        handler, args = route
+        handler(*args, query=parse_qs(url.query))
 
     def _answer_error(self, error: HubError) -> None:
         try:

@@ -6,7 +6,7 @@ Module and parameter names follow classic timm naming (``patch_embed.proj``,
 from __future__ import annotations
 
 import math
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -72,8 +72,12 @@ class PatchEmbed(nn.Module):
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv projection.
 
-    ``attn_impl='sdpa'`` runs ``F.scaled_dot_product_attention``; ``'eager'`` materialises
-    the attention matrix (needed to read attention maps). Both compute the same function.
+    ``attn_impl='sdpa'`` (the default, for inference and training alike) runs
+    ``F.scaled_dot_product_attention``; ``'eager'`` materialises the attention matrix (needed to
+    read attention maps). Both compute the same function. SDPA is the default: on CPU the two
+    measured alike in training and inference, SDPA saves no (N, N) matrix for backward, and on
+    CUDA its fused kernels win (README, "Performance"); override per model with
+    ``attn_impl='eager'`` or ``model.set_attn_impl('eager')``.
     """
 
     def __init__(
@@ -99,18 +103,38 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def _split_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv projection -> q, k, v of shape (B, heads, N, head_dim), as views of one tensor."""
         batch, tokens, _ = x.shape
-        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return qkv.unbind(0)
+        # split on the q/k/v axis of (B, N, 3, heads, head_dim) and only then move heads forward:
+        # backward stacks the three gradients straight into the projection's layout (one copy
+        # where splitting a (3, B, heads, N, head_dim) permutation needs a stack and a reshape copy)
+        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def _split_heads_for_queries(
+        self, x: torch.Tensor, num_queries: int
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As ``_split_heads``, but queries only for the first ``num_queries`` tokens (keys and values for all).
+
+        The fused projection's weight is sliced by rows (q, then k and v), so no query is computed
+        that nobody reads.
+        """
+        batch, tokens, dim = x.shape
+        weight, bias = self.qkv.weight, self.qkv.bias
+        q = F.linear(x[:, :num_queries], weight[:dim], None if bias is None else bias[:dim])
+        kv = F.linear(x, weight[dim:], None if bias is None else bias[dim:])
+        k, v = kv.view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
+        q = q.view(batch, num_queries, self.num_heads, self.head_dim)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
         q, k, _ = self._split_heads(x)
         return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, dim = x.shape
-        q, k, v = self._split_heads(x)
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
+        batch, _, queries, _ = q.shape
         if self.attn_impl == "sdpa":
             x = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
@@ -118,8 +142,17 @@ class Attention(nn.Module):
         else:
             attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
             x = self.attn_drop(attn) @ v
-        x = x.transpose(1, 2).reshape(batch, tokens, dim)
+        # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
+        # so this reshape is a view, not a copy
+        x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._attend(*self._split_heads(x))
+
+    def forward_queries(self, x: torch.Tensor, num_queries: int) -> torch.Tensor:
+        """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
+        return self._attend(*self._split_heads_for_queries(x, num_queries))
 
 
 class Mlp(nn.Module):
@@ -191,6 +224,16 @@ class Block(nn.Module):
         x = x + self.drop_path1(self.attn(self.norm1(x)))
         return x + self.drop_path2(self.mlp(self.norm2(x)))
 
+    def forward_prefix(self, x: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        """The block's output for the first ``num_tokens`` tokens only, (B, num_tokens, dim).
+
+        Every token still serves as key and value; only the queries, the attention projection
+        and the MLP are restricted. The model's last block runs this way when only the class
+        (and distillation) token is pooled.
+        """
+        x = x[:, :num_tokens] + self.drop_path1(self.attn.forward_queries(self.norm1(x), num_tokens))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
+
     def forward_with_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Eval-style forward that also returns this block's attention matrix."""
         attn = self.attn.attention_weights(self.norm1(x))
@@ -204,37 +247,65 @@ def check_attn_impl(attn_impl: str) -> str:
 
 
 def sincos_2d_pos_embed(
-    grid_size: Tuple[int, int], dim: int, num_prefix_tokens: int = 0, temperature: float = 10000.0
+    grid_size: Tuple[int, int], dim: int, num_prefix_tokens: int = 0, temperature: float = 10000.0,
+    device: Optional[torch.device] = None,
 ) -> torch.Tensor:
     """Fixed 2-D sine-cosine position embedding, (1, prefix + H*W, dim); prefix tokens get zeros."""
     if dim % 4:
         raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {dim}")
     grid_h, grid_w = torch.meshgrid(
-        torch.arange(grid_size[0], dtype=torch.float64),
-        torch.arange(grid_size[1], dtype=torch.float64),
+        torch.arange(grid_size[0], dtype=torch.float64, device=device),
+        torch.arange(grid_size[1], dtype=torch.float64, device=device),
         indexing="ij",
     )
     quarter = dim // 4
-    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64, device=device) / quarter)
     out_h = grid_h.reshape(-1, 1) * omega
     out_w = grid_w.reshape(-1, 1) * omega
     table = torch.cat([out_h.sin(), out_h.cos(), out_w.sin(), out_w.cos()], dim=1)
-    prefix = torch.zeros(num_prefix_tokens, dim, dtype=torch.float64)
+    prefix = torch.zeros(num_prefix_tokens, dim, dtype=torch.float64, device=device)
     return torch.cat([prefix, table]).unsqueeze(0).float()
 
 
+def normal_init_(tensor: torch.Tensor, std: float, bound: float = 2.0) -> torch.Tensor:
+    """Fill ``tensor`` from N(0, std²) truncated to [-bound, bound] (timm's ``trunc_normal_`` bounds).
+
+    timm (and ``nn.init.trunc_normal_``) truncate at an absolute ±2, which is ±100 std at std .02:
+    the truncated mass is then far below float32 resolution, and one ``normal_`` pass (clamped so
+    the bound still holds) draws the same distribution as the five-pass inverse-CDF sampler,
+    several times faster. Bounds closer than 8 std use the exact sampler.
+    """
+    with torch.no_grad():
+        if bound >= 8.0 * std:
+            return tensor.normal_(0.0, std).clamp_(-bound, bound)
+        return nn.init.trunc_normal_(tensor, std=std, a=-bound, b=bound)
+
+
+def init_layer_tensor(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """timm-style init of one ``weight``/``bias`` of a Linear, Conv2d or LayerNorm.
+
+    Linear: N(0, .02) weights; patch Conv2d: lecun normal over the flattened patch (as a linear
+    layer over patch pixels); LayerNorm: ones; every bias: zeros. A ``meta`` tensor holds no data
+    and is skipped (``VisionTransformer.materialize`` initialises it once it has storage).
+    """
+    if tensor.is_meta:
+        return
+    with torch.no_grad():
+        if name == "bias":
+            tensor.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            tensor.fill_(1.0)
+        elif isinstance(module, nn.Linear):
+            normal_init_(tensor, std=0.02)
+        elif isinstance(module, nn.Conv2d):
+            fan_in = module.in_channels * math.prod(module.kernel_size)
+            normal_init_(tensor, std=math.sqrt(1.0 / fan_in))
+        else:
+            raise ValueError(f"no init rule for {type(module).__name__}.{name}")
+
+
 def trunc_normal_init(module: nn.Module) -> None:
-    """timm-style init: truncated normal (std .02) for linear weights, zero biases."""
-    if isinstance(module, nn.Linear):
-        nn.init.trunc_normal_(module.weight, std=0.02)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Conv2d):
-        # lecun normal on the flattened patch, as for a linear layer over patch pixels
-        fan_in = module.in_channels * math.prod(module.kernel_size)
-        nn.init.trunc_normal_(module.weight, std=math.sqrt(1.0 / fan_in))
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+    """timm-style init of a Linear, Conv2d or LayerNorm (other modules are left alone)."""
+    if isinstance(module, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
+        for name, tensor in module.named_parameters(recurse=False):
+            init_layer_tensor(module, name, tensor)

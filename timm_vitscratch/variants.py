@@ -7,9 +7,11 @@ import warnings
 from typing import Any, Dict
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
-from timm.models import DefaultCfg, PretrainedCfg, build_model_with_cfg, register_model, split_model_name_tag
+from timm.models import (
+    DefaultCfg, PretrainedCfg, build_model_with_cfg, register_model, resolve_pretrained_cfg, split_model_name_tag,
+)
 
-from .vision_transformer import VisionTransformer, checkpoint_filter_fn
+from .vision_transformer import VisionTransformer, checkpoint_filter_fn, empty_model, initialised_model
 
 _TI = dict(embed_dim=192, depth=12, num_heads=3)
 _S = dict(embed_dim=384, depth=12, num_heads=6)
@@ -144,10 +146,26 @@ def _reregister(variant: str) -> None:
         register_model(globals()[variant])
 
 
+def _loads_from_storage(variant: str, kwargs: Dict[str, Any]) -> bool:
+    """True when timm will read the pretrained weights from a file, a local dir or the Hub.
+
+    Those tensors are fresh (memory-mapped by safetensors), so the model can take them by
+    assignment. A state dict passed in memory (``pretrained_cfg_overlay=dict(state_dict=...)``)
+    belongs to the caller and is copied as usual, never aliased.
+    """
+    cfg = resolve_pretrained_cfg(
+        variant, pretrained_cfg=kwargs.get("pretrained_cfg"), pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"),
+    )  # a PretrainedCfg; read fields directly (its to_dict() deep-copies an in-memory state dict)
+    return cfg.source in ("hf-hub", "local-dir") or cfg.state_dict is None
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     model_args = {**ARCHITECTURES[variant], **kwargs}
+    # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
+    # a fresh model is initialised once (not first by nn.Linear's default and then again).
+    on_meta = pretrained and _loads_from_storage(variant, kwargs)
     return build_model_with_cfg(
-        VisionTransformer, variant, pretrained,
+        empty_model if on_meta else initialised_model, variant, pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
         **model_args,

@@ -112,7 +112,7 @@ def register_hub_weights(model_tag: str, hf_hub_id: str, default: bool = False, 
     """
     variant, tag = split_model_name_tag(model_tag)
     if variant not in ARCHITECTURES:
-        raise ValueError(f"unknown model {variant!r} in {model_tag!r}; known: {', '.join(ARCHITECTURES)}")
+        raise ValueError(f"{unknown_model_message(variant)} (in {model_tag!r})")
     if not tag:
         raise ValueError(f"{model_tag!r} has no tag: give 'variant.tag', e.g. '{variant}.my_weights_in1k'")
     unknown = sorted(set(cfg) - PRETRAINED_CFG_FIELDS - {"hf_hub_id"})

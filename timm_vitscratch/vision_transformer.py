@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import torch
 from timm.layers import resample_abs_pos_embed
@@ -298,10 +298,11 @@ class VisionTransformer(nn.Module):
         x = torch.cat(prefix + [x], dim=1) + self.pos_embed
         return self.pos_drop(x)
 
-    def _run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _run_block(self, block: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
+        """``block(*args)``, through activation checkpointing when it is on and gradients are needed."""
         if self.grad_checkpointing and torch.is_grad_enabled():
-            return checkpoint(block, x, use_reentrant=False)
-        return block(x)
+            return checkpoint(block, *args, use_reentrant=False)
+        return block(*args)
 
     def _run_blocks(self, x: torch.Tensor, blocks: nn.Sequential,
                     keep: Optional[List[int]] = None) -> Tuple[torch.Tensor, List[torch.Tensor]]:
@@ -335,16 +336,8 @@ class VisionTransformer(nn.Module):
         outputs are never read by a ``'token'``-pooled head, and skipping them saves most of one
         block's work (about 1/depth of the model's FLOPs) in inference and training alike.
         """
-        x = self._embed(x)
-        last_index = len(self.blocks) - 1
-        for index, block in enumerate(self.blocks):
-            if index < last_index:
-                x = self._run_block(block, x)
-        last = self.blocks[last_index]
-        if self.grad_checkpointing and torch.is_grad_enabled():
-            x = checkpoint(last.forward_prefix, x, self.num_prefix_tokens, use_reentrant=False)
-        else:
-            x = last.forward_prefix(x, self.num_prefix_tokens)
+        x, _ = self._run_blocks(self._embed(x), self.blocks[:-1])
+        x = self._run_block(self.blocks[-1].forward_prefix, x, self.num_prefix_tokens)
         return self.norm(x)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
@@ -439,10 +432,19 @@ class VisionTransformer(nn.Module):
         return take_indices
 
 
-def _split_factory_args(kwargs: Dict[str, Any]) -> Tuple[Optional[torch.device], Optional[torch.dtype]]:
-    """Take timm's ``device`` / ``dtype`` factory arguments out of ``kwargs`` (applied after building)."""
+def _build_on_meta(kwargs: Dict[str, Any]) -> Tuple[VisionTransformer, Optional[torch.device]]:
+    """Build on ``meta`` with timm's ``dtype`` applied; return the model and the ``device`` asked for.
+
+    timm's ``device`` / ``dtype`` factory arguments are taken out of ``kwargs``: the model is always
+    built without storage, and the caller decides where its tensors go.
+    """
     device = kwargs.pop("device", None)
-    return (torch.device(device) if device is not None else None), kwargs.pop("dtype", None)
+    dtype = kwargs.pop("dtype", None)
+    with torch.device("meta"):
+        model = VisionTransformer(**kwargs)
+    if dtype is not None:
+        model.to(dtype=dtype)
+    return model, (torch.device(device) if device is not None else None)
 
 
 def empty_model(**kwargs: Any) -> VisionTransformer:
@@ -452,11 +454,7 @@ def empty_model(**kwargs: Any) -> VisionTransformer:
     tensors the checkpoint does not hold are created and where the whole model goes once loaded
     (default: where the loaded tensors live; see ``load_state_dict``).
     """
-    device, dtype = _split_factory_args(kwargs)
-    with torch.device("meta"):
-        model = VisionTransformer(**kwargs)
-    if dtype is not None:
-        model.to(dtype=dtype)
+    model, device = _build_on_meta(kwargs)
     model.load_device = device
     return model
 
@@ -468,12 +466,8 @@ def initialised_model(**kwargs: Any) -> VisionTransformer:
     overwrites anyway) never runs. On a ``meta`` device (``device="meta"`` or under
     ``with torch.device("meta")``) the model stays without storage.
     """
-    device, dtype = _split_factory_args(kwargs)
+    model, device = _build_on_meta(kwargs)
     device = device if device is not None else _default_device()
-    with torch.device("meta"):
-        model = VisionTransformer(**kwargs)
-    if dtype is not None:
-        model.to(dtype=dtype)
     if device.type != "meta":
         model.materialize(device)
     return model

@@ -17,7 +17,7 @@ demo: $(STAMP)
 	@echo
 	$(BIN)/vitscratch summary scratch_vit_b16 --num-classes 5
 	@echo
-	$(BIN)/vitscratch demo
+	$(BIN)/python -m examples.digits
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from timm_vitscratch.attention_maps import write_attention_png
+from timm_vitscratch.inspect.attention_maps import write_attention_png
 
 DOCS = Path(__file__).resolve().parent
 

@@ -1,13 +1,9 @@
 import sys
 
 import pytest
-import timm
 import torch
 
-import timm_vitscratch  # noqa: F401  (registers the scratch_* models)
-
-#: A 2-block model on 32x32 images: fast enough to run everywhere in the suite.
-TINY = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)
+pytest_plugins = ["tests.support.hub_fixtures"]
 
 
 @pytest.fixture(autouse=True)
@@ -15,13 +11,9 @@ def _seed():
     torch.manual_seed(0)
 
 
-def tiny(name: str = "scratch_vit_ti16", **kwargs):
-    return timm.create_model(name, **{**TINY, **kwargs})
-
-
 def pytest_terminal_summary(terminalreporter):
-    """How many fuzz cases ran (tests/fuzzing.py counts them), by loader and outcome."""
-    fuzzing = sys.modules.get("fuzzing")
+    """How many fuzz cases ran (tests/support/fuzzing.py counts them), by loader and outcome."""
+    fuzzing = sys.modules.get("tests.support.fuzzing")
     if fuzzing is None or not fuzzing.CASES:
         return
     terminalreporter.section("fuzz cases run")

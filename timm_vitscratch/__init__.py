@@ -2,9 +2,10 @@
 
 Importing the package registers every ``scratch_*`` model with timm's registry.
 """
-from .layers import Attention, Block, DropPath, Mlp, PatchEmbed
-from .variants import ARCHITECTURES
-from .vision_transformer import VisionTransformer, checkpoint_filter_fn
+from .models.layers import Attention, Block, DropPath, Mlp, PatchEmbed
+from .models.variants import ARCHITECTURES
+from .models.checkpoint_filter import checkpoint_filter_fn
+from .models.vision_transformer import VisionTransformer
 
 __version__ = "0.1.0"
 __all__ = [

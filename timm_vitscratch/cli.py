@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from .variants import ARCHITECTURES, unknown_model_message
+from .models.variants import ARCHITECTURES, unknown_model_message
 
 
 def _model_name(value: str) -> str:
@@ -17,15 +17,15 @@ def _model_name(value: str) -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .summary import zoo_table
+    from .inspect.render import zoo_table
 
     print(zoo_table(reference=not args.no_reference))
     return 0
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from .report import build_report
-    from .summary import render_report
+    from .inspect.report import build_report
+    from .inspect.render import render_report
 
     report = build_report(args.model, num_classes=args.num_classes, img_size=args.img_size, batch=args.batch,
                           layers=args.layers)
@@ -34,7 +34,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_attention(args: argparse.Namespace) -> int:
-    from .attention_maps import write_attention_png
+    from .inspect.attention_maps import write_attention_png
 
     out = args.out or f"{Path(args.image).stem}.attention.png"
     maps = write_attention_png(args.image, args.model, out, img_size=args.img_size)
@@ -43,7 +43,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
 
 def _hub_failure(error: BaseException, args: argparse.Namespace) -> int:
-    from .hub import describe_hub_error, is_hub_failure
+    from .hub.client import describe_hub_error, is_hub_failure
 
     if not is_hub_failure(error):
         raise error
@@ -52,7 +52,7 @@ def _hub_failure(error: BaseException, args: argparse.Namespace) -> int:
 
 
 def _cmd_push(args: argparse.Namespace) -> int:
-    from .hub import push
+    from .hub.client import push
 
     try:
         info = push(args.source, args.repo_id, revision=args.revision, private=args.private,
@@ -64,7 +64,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
-    from .hub import pull
+    from .hub.client import pull
 
     try:
         out_dir = pull(args.repo_id, args.out_dir, revision=args.revision, force=args.force)
@@ -73,24 +73,6 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     print(f"installed {args.repo_id}@{args.revision or 'main'} into {out_dir} (sha256 verified)")
     return 0
 
-
-def _cmd_hub_configs(args: argparse.Namespace) -> int:
-    from .hub_configs import main as hub_configs_main
-
-    return hub_configs_main([args.out_dir] + (["--check"] if args.check else []))
-
-
-def _cmd_local_hub(args: argparse.Namespace) -> int:
-    from .local_hub import serve
-
-    serve(args.root, port=args.port, token=args.token)
-    return 0
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from .examples.digits import run_from_args
-
-    return run_from_args(args)
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
@@ -172,24 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     p_pull.add_argument("out_dir", metavar="OUT_DIR", help="directory to create (must be absent or empty)")
     p_pull.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
     p_pull.set_defaults(func=_cmd_pull)
-
-    p_configs = commands.add_parser("hub-configs", help="write hub_configs/<model>.json from the registry")
-    p_configs.add_argument("out_dir", metavar="OUT_DIR", nargs="?", default="hub_configs")
-    p_configs.add_argument("--check", action="store_true", help="report out-of-sync files instead of writing")
-    p_configs.set_defaults(func=_cmd_hub_configs)
-
-    p_local = commands.add_parser("local-hub", help="run the local Hub test server (not the Hugging Face Hub)")
-    p_local.add_argument("--root", default=None, help="directory for its repos (default: a temporary one)")
-    p_local.add_argument("--port", type=int, default=0, help="API port on 127.0.0.1 (default: any free port)")
-    p_local.add_argument("--token", default=None, help="require this token (HF_TOKEN) for writes and private repos")
-    p_local.set_defaults(func=_cmd_local_hub)
-
-    from .examples.digits import add_arguments as add_demo_arguments
-
-    p_demo = commands.add_parser(
-        "demo", help="scikit-learn's digits: train, push to a local Hub and pull, reload with hf-hub:, fine-tune")
-    add_demo_arguments(p_demo)
-    p_demo.set_defaults(func=_cmd_demo)
 
     dtypes = ("float32", "float16", "bfloat16")
     p_convert = commands.add_parser(

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike, fsync_directory
-from ..hub_format import CONFIG_NAME, WEIGHTS_NAME, write_model_directory
+from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, write_model_directory
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion

@@ -8,16 +8,16 @@ from typing import List, Union
 
 import torch
 
-from ..counting import build_on_meta
+from ..models.build import build_on_meta
 from ..errors import ConversionError, ModelDirectoryError
 from ..files import PathLike, sha256_file
-from ..hub_format import METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config
-from ..variants import ARCHITECTURES
+from ..hub.model_dir import METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config
+from ..models.variants import ARCHITECTURES
 from .checkpoint import open_checkpoint
 from .formats import formats
 from .keymap import available
 from .plan import meta_output, parse_dtype
-from .variant import Arch
+from .architecture import Arch
 from .writer import TensorSpec, write_npz, write_safetensors, write_torch
 
 EXPORT_TARGETS = ("timm", "torchvision", "jax")

@@ -16,7 +16,7 @@ from .checkpoint import Checkpoint
 from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
 from .keymap import KeyMap, Rule, transpose
 from .timm_format import representation_head
-from .variant import Arch
+from .architecture import Arch
 
 BLOCK = "Transformer/encoderblock_{}/"
 ATTN = "MultiHeadDotProductAttention_1/"

@@ -14,12 +14,12 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
-from ..counting import build_on_meta
+from ..models.build import build_on_meta
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .formats import SourceFormat
 from .keymap import KeyMap, Rule, available
-from .variant import Arch, choose_variant, infer_arch, model_args
+from .architecture import Arch, choose_variant, infer_arch, model_args
 from .writer import TensorSpec
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -142,6 +142,6 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
 
 
 def _variant_heads(name: str) -> int:
-    from ..variants import ARCHITECTURES
+    from ..models.variants import ARCHITECTURES
 
     return ARCHITECTURES[name]["num_heads"]

@@ -15,7 +15,7 @@ from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
 from .keymap import KeyMap, Rule
-from .variant import Arch
+from .architecture import Arch
 
 #: key patterns of timm ViT features our model does not have -> what the feature is
 UNSUPPORTED = (

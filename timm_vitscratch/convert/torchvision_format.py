@@ -14,7 +14,7 @@ from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
 from .keymap import KeyMap, Rule, invert_renames, weight_and_bias
-from .variant import Arch
+from .architecture import Arch
 
 LAYER = "encoder.layers.encoder_layer_{}."
 

@@ -1,0 +1,166 @@
+"""Pulls killed with SIGKILL at each stage leave the previous model intact (or recoverable) and, after the next
+pull, no temporary files; two processes pulling one repo at once both end with a correct model.
+
+Where a killed pull leaves things, and who cleans up: the download's partial file is huggingface_hub's
+``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub 2.4 neither resumes nor removes
+and the next pull of that repo removes (when no process holds huggingface_hub's lock for that blob);
+our staging directory ``.OUT.<random>.tmp`` beside ``OUT`` is removed by the next pull into ``OUT`` (it
+holds an flock while alive, so a running pull's staging is never touched); a previous model set aside
+as ``.OUT.<random>.old`` while being replaced is put back by the next pull if ``OUT`` is missing.
+"""
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import timm
+import torch
+
+from timm_vitscratch import hub
+from timm_vitscratch.files import sha256_file
+from tests.support.local_hub import DelayFault, GateFault
+
+from tests.support import tiny
+from tests.support.hub_fixtures import model_dir, repo_for
+
+def pull_in_child(repo, out, stage):
+    """Fork a child that pulls ``repo`` into ``out`` with ``--force`` and stops at ``stage`` for the kill:
+    ``downloading`` (it says so as it starts), ``staged`` (downloaded, copied and checked in the staging
+    directory, not installed) or ``set-aside`` (the previous model renamed aside, the new one not yet in).
+    A fork, not a fresh interpreter: the child has everything imported already. Returns (pid, pipe)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    try:  # the child: never returns into pytest
+        os.close(read_end)
+
+        def stop_here():
+            os.write(write_end, stage.encode() + b"\n")
+            time.sleep(120)
+
+        if stage == "staged":
+            check = hub.client.check_model_directory
+
+            def checked_then_stop(*args, **kwargs):
+                result = check(*args, **kwargs)
+                stop_here()
+                return result
+
+            hub.client.check_model_directory = checked_then_stop
+        elif stage == "set-aside":
+            rename = os.replace
+
+            def rename_then_stop(src, dst):
+                rename(src, dst)
+                if str(dst).endswith(".old"):
+                    stop_here()
+
+            os.replace = rename_then_stop
+        else:
+            os.write(write_end, stage.encode() + b"\n")
+        hub.pull(repo, out, force=True)
+    finally:
+        os._exit(3)
+
+
+def read_line(fd, timeout=120.0):
+    ready, _, _ = select.select([fd], [], [], timeout)
+    return os.read(fd, 100).decode().strip() if ready else None
+
+
+def files(directory):
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def ours(directory):
+    """Entries a pull into ``directory/out`` may create beside it."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".out."))
+
+
+def incomplete_downloads(hf_home):
+    return list(hf_home.glob("hub/*/blobs/*.incomplete"))
+
+
+@pytest.fixture
+def two_versions(hub_env, tmp_path, request):
+    """A repo at version 2, and ``out`` holding version 1 pulled from it. Returns (repo, out, v2 sha256)."""
+    repo = repo_for(request)
+    torch.manual_seed(11)
+    hub.push(model_dir(tmp_path / "v1", tiny()), repo)
+    out = hub.pull(repo, tmp_path / "out")
+    torch.manual_seed(12)
+    v2 = model_dir(tmp_path / "v2", tiny())
+    hub.push(v2, repo)
+    return repo, out, sha256_file(v2 / "model.safetensors")
+
+
+@pytest.mark.parametrize("stage", ["downloading", "staged", "set-aside"])
+def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage, two_versions, local_hub, tmp_path):
+    repo, out, v2_sha256 = two_versions
+    before = files(out)
+    slow = local_hub.inject(DelayFault(30.0, origin="storage", method="GET", path=v2_sha256, times=1)) \
+        if stage == "downloading" else None
+    pid, pipe = pull_in_child(repo, out, stage)
+    try:
+        assert read_line(pipe) == stage
+        if slow is not None:  # wait until the weights' download is under way
+            deadline = time.monotonic() + 120
+            while slow.active == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert slow.active == 1
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(pipe)
+        if slow is not None:
+            local_hub.faults.remove(slow)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    hf_home = tmp_path / "hf-home"
+    if stage == "downloading":
+        assert files(out) == before and incomplete_downloads(hf_home)  # huggingface_hub's partial file
+    elif stage == "staged":
+        assert files(out) == before and [n for n in ours(tmp_path) if n.endswith(".tmp")]
+    else:
+        assert not out.exists()
+        (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.") and p.name.endswith(".old")]
+        assert files(aside) == before
+
+    # the next pull (without --force: OUT is not empty) first puts things right, then refuses
+    with pytest.raises(FileExistsError, match="is not empty"):
+        hub.pull(repo, out)
+    assert files(out) == before and ours(tmp_path) == []
+    hub.pull(repo, out, force=True)
+    assert sha256_file(out / "model.safetensors") == v2_sha256
+    assert ours(tmp_path) == [] and incomplete_downloads(hf_home) == []
+    hub.check_model_directory(out)
+
+
+def test_two_processes_pulling_one_repo_at_once_both_get_a_correct_model(hub_env, local_hub, tmp_path, request):
+    """Same Hugging Face cache, same OUT_DIR; the Hub holds both lookups until both processes are in flight."""
+    repo = repo_for(request)
+    torch.manual_seed(13)
+    source = tiny().eval()
+    hub.push(model_dir(tmp_path / "src", source), repo)
+    gate = local_hub.inject(GateFault(2, timeout=120, method="GET", path=f"^/api/models/{repo}/revision/"))
+    out = tmp_path / "out"
+    try:
+        pullers = [subprocess.Popen([sys.executable, "-m", "timm_vitscratch.cli", "pull", repo, str(out)], env=hub_env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [p.communicate(timeout=300) for p in pullers]
+    finally:
+        local_hub.faults.remove(gate)
+    for puller, (stdout, stderr) in zip(pullers, results):
+        assert puller.returncode == 0, stderr
+        assert f"installed {repo}@main into {out} (sha256 verified)" in stdout
+    assert gate.met and gate.hits == 2  # both were mid-pull at the same moment
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert ours(tmp_path) == [] and incomplete_downloads(tmp_path / "hf-home") == []
+    loaded = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), source(x))

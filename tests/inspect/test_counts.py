@@ -1,0 +1,112 @@
+"""Parameter counts of every variant, against torchvision, torchsummary and the DESIGN table."""
+import contextlib
+import io
+import re
+
+import pytest
+import timm
+import torch
+import torchvision
+from torchsummary import summary as torchsummary_summary
+
+from timm_vitscratch.models.build import build_on_meta
+from timm_vitscratch.inspect.counts import (
+    analytic_param_count, block_param_formula, hidden_parameters, leaf_module_param_count,
+    param_breakdown, torchvision_reference, true_param_count,
+)
+from timm_vitscratch.models.variants import ARCHITECTURES
+
+TORCHVISION_TRUE_COUNTS_1000 = {
+    "scratch_vit_b16": ("vit_b_16", 86_567_656),
+    "scratch_vit_b32": ("vit_b_32", 88_224_232),
+    "scratch_vit_l16": ("vit_l_16", 304_326_632),
+    "scratch_vit_l32": ("vit_l_32", 306_535_400),
+    "scratch_vit_h14": ("vit_h_14", 632_045_800),
+}
+
+LEAF_COUNTS_5_CLASSES = {
+    "scratch_vit_b16": 85_650_437,
+    "scratch_vit_b32": 87_419_909,
+    "scratch_vit_l32": 305_463_301,
+    "scratch_vit_h14": 630_440_965,
+}
+
+
+def test_every_variant_is_listed():
+    assert sorted(timm.list_models("scratch_*")) == sorted(ARCHITECTURES)
+    assert len(ARCHITECTURES) == 15
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_TRUE_COUNTS_1000))
+def test_true_count_equals_torchvision(name):
+    builder, literal = TORCHVISION_TRUE_COUNTS_1000[name]
+    ours = true_param_count(build_on_meta(name, num_classes=1000))
+    with torch.device("meta"):
+        theirs = true_param_count(getattr(torchvision.models, builder)())
+    assert ours == theirs == literal
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ARCHITECTURES if "deit" not in n))
+def test_true_count_equals_torchvision_every_non_distilled_variant(name):
+    model = build_on_meta(name)
+    assert true_param_count(model) == true_param_count(torchvision_reference(name))
+
+
+@pytest.mark.parametrize("name", sorted(LEAF_COUNTS_5_CLASSES))
+def test_leaf_count_at_5_classes(name):
+    model = build_on_meta(name, num_classes=5)
+    assert leaf_module_param_count(model) == LEAF_COUNTS_5_CLASSES[name]
+
+
+def test_b16_true_count_at_5_classes_and_the_gap():
+    model = build_on_meta("scratch_vit_b16", num_classes=5)
+    assert true_param_count(model) == 85_802_501
+    assert hidden_parameters(model) == {"cls_token": 768, "pos_embed": 197 * 768}
+    assert true_param_count(model) - leaf_module_param_count(model) == 152_064
+
+
+def _torchsummary_total(model, input_size):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        torchsummary_summary(model, input_size, device="cpu")
+    match = re.search(r"Total params: ([\d,]+)", out.getvalue())
+    assert match, out.getvalue()[-500:]
+    return int(match.group(1).replace(",", ""))
+
+
+@pytest.mark.parametrize("name", ["scratch_vit_b16", "scratch_vit_b32"])
+def test_real_torchsummary_prints_leaf_count(name):
+    model = timm.create_model(name, num_classes=5).eval()
+    with torch.no_grad():
+        printed = _torchsummary_total(model, (3, 224, 224))
+    assert printed == LEAF_COUNTS_5_CLASSES[name] == leaf_module_param_count(model)
+
+
+def test_torchsummary_on_distilled_and_has_logits_tiny_models():
+    for name, hidden in [("scratch_deit_ti16_distilled", {"cls_token", "dist_token", "pos_embed"}),
+                         ("scratch_vit_b16_in21k", {"cls_token", "pos_embed"})]:
+        model = timm.create_model(name, img_size=32, patch_size=8, depth=1, num_classes=7).eval()
+        assert set(hidden_parameters(model)) == hidden
+        with torch.no_grad():
+            assert _torchsummary_total(model, (3, 32, 32)) == leaf_module_param_count(model)
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("num_classes", [None, 5, 0])
+def test_analytic_count_and_breakdown(name, num_classes):
+    kwargs = {} if num_classes is None else dict(num_classes=num_classes)
+    model = build_on_meta(name, **kwargs)
+    arch = ARCHITECTURES[name]
+    expected = analytic_param_count(num_classes=model.num_classes, **arch)
+    assert true_param_count(model) == expected
+    assert sum(param_breakdown(model).values()) == expected
+    block = sum(p.numel() for p in model.blocks[0].parameters())
+    assert block == block_param_formula(arch["embed_dim"]) == 12 * arch["embed_dim"] ** 2 + 13 * arch["embed_dim"]
+
+
+def test_sincos_position_table_is_a_buffer_not_a_parameter():
+    learned = build_on_meta("scratch_vit_b16", num_classes=5)
+    fixed = build_on_meta("scratch_vit_b16", num_classes=5, pos_embed="sincos")
+    assert "pos_embed" not in dict(fixed.named_parameters())
+    assert true_param_count(learned) - true_param_count(fixed) == 197 * 768
+    assert leaf_module_param_count(fixed) == leaf_module_param_count(learned)

@@ -1,0 +1,153 @@
+"""`vitscratch summary`'s numbers: DESIGN.md's count table, torchvision's and timm's own models, the tally."""
+import json
+
+import pytest
+import timm
+import torch
+import torchvision
+
+from timm_vitscratch.cli import main
+from timm_vitscratch.inspect.counts import block_part_formulas, torchvision_reference
+from timm_vitscratch.inspect.report import build_report
+from timm_vitscratch.inspect.render import count_summary
+from timm_vitscratch.models.variants import ARCHITECTURES
+
+# The literal count table of DESIGN.md ("Variants and the counts that prove them").
+DESIGN_TRUE_COUNTS_1000 = {
+    "scratch_vit_b16": 86_567_656, "scratch_vit_b32": 88_224_232, "scratch_vit_l16": 304_326_632,
+    "scratch_vit_l32": 306_535_400, "scratch_vit_h14": 632_045_800,
+}
+DESIGN_LEAF_COUNTS_5 = {
+    "scratch_vit_b16": 85_650_437, "scratch_vit_b32": 87_419_909, "scratch_vit_l32": 305_463_301,
+    "scratch_vit_h14": 630_440_965,
+}
+# timm's own models of the architectures torchvision has no named builder for
+TIMM_EQUIVALENTS = {
+    "scratch_vit_ti16": "vit_tiny_patch16_224", "scratch_vit_s16": "vit_small_patch16_224",
+    "scratch_deit_ti16_distilled": "deit_tiny_distilled_patch16_224",
+    "scratch_deit_s16_distilled": "deit_small_distilled_patch16_224",
+    "scratch_deit_b16_distilled": "deit_base_distilled_patch16_224",
+}
+
+
+def _count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN_TRUE_COUNTS_1000))
+def test_true_counts_equal_design_table(name):
+    assert build_report(name, num_classes=1000, activations=False)["counts"]["true"] == DESIGN_TRUE_COUNTS_1000[name]
+
+
+@pytest.mark.parametrize("name", sorted(DESIGN_LEAF_COUNTS_5))
+def test_leaf_counts_equal_design_table(name):
+    assert build_report(name, num_classes=5, activations=False)["counts"]["leaf_module"] == DESIGN_LEAF_COUNTS_5[name]
+
+
+def test_b16_at_5_classes_equals_design_table():
+    counts = build_report("scratch_vit_b16", num_classes=5, activations=False)["counts"]
+    assert (counts["true"], counts["leaf_module"], counts["difference"]) == (85_802_501, 85_650_437, 152_064)
+    assert counts["hidden"] == {"cls_token": {"shape": [1, 1, 768], "params": 768},
+                                "pos_embed": {"shape": [1, 197, 768], "params": 197 * 768}}
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_every_variant_equals_the_third_party_model(name):
+    """True count equals torchvision's model (on meta) or, where it has none, timm's own."""
+    report = build_report(name, activations=False)
+    reference = torchvision_reference(name)
+    if reference is None:
+        with torch.device("meta"):
+            reference = timm.create_model(TIMM_EQUIVALENTS[name], num_classes=report["model"]["num_classes"])
+    assert report["counts"]["true"] == _count(reference)
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_tally_sums_to_true_count_and_matches_formulas(name):
+    report = build_report(name, num_classes=5, activations=False)
+    tally, h = report["tally"], report["model"]["embed_dim"]
+    parts = [tally[k] for k in ("patch_embedding", "tokens", "position_embedding", "final_norm",
+                                "representation", "head")]
+    assert sum(parts) + sum(b["total"] for b in tally["blocks"]) == tally["total"] == report["counts"]["true"]
+    assert len(tally["blocks"]) == report["model"]["depth"]
+    for block in tally["blocks"]:
+        assert block["attention"] + block["mlp"] + block["norms"] == block["total"] == 12 * h * h + 13 * h
+        assert {k: block[k] for k in ("attention", "mlp", "norms")} == block_part_formulas(h)
+    assert report["analytic"]["block"] == 12 * h * h + 13 * h
+    assert report["analytic"]["model"] == report["counts"]["true"]
+
+
+@pytest.mark.parametrize("name", ["scratch_vit_b16", "scratch_vit_l32", "scratch_vit_h14_in21k"])
+def test_tally_parts_equal_torchvision_modules(name):
+    """attention / MLP / norms per block, patch embedding, tokens, final norm and head as torchvision splits them."""
+    tally = build_report(name, activations=False)["tally"]
+    tv = torchvision_reference(name)
+    layer = tv.encoder.layers[0]
+    assert tally["blocks"][0]["attention"] == _count(layer.self_attention)
+    assert tally["blocks"][0]["mlp"] == _count(layer.mlp)
+    assert tally["blocks"][0]["norms"] == _count(layer.ln_1) + _count(layer.ln_2)
+    assert tally["patch_embedding"] == _count(tv.conv_proj)
+    assert tally["tokens"] == tv.class_token.numel()
+    assert tally["position_embedding"] == tv.encoder.pos_embedding.numel()
+    assert tally["final_norm"] == _count(tv.encoder.ln)
+    assert tally["representation"] + tally["head"] == _count(tv.heads)
+
+
+def test_mlp_holds_two_thirds_of_block_parameters():
+    share = build_report("scratch_vit_b16", activations=False)["share"]["params"]
+    h = 768
+    assert share["mlp_of_blocks"] == pytest.approx((8 * h * h + 5 * h) / (12 * h * h + 13 * h))
+    assert share["mlp_of_blocks"] + share["attention_of_blocks"] < 1  # the norms hold the rest
+
+
+def test_img_size_changes_position_table_and_tokens():
+    report = build_report("scratch_vit_b16", num_classes=5, img_size=384, activations=False)
+    assert report["model"]["tokens"] == 24 * 24 + 1
+    with torch.device("meta"):
+        reference = torchvision.models.VisionTransformer(
+            image_size=384, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=5)
+    assert report["counts"]["true"] == _count(reference)
+
+
+def test_weight_bytes_equal_real_tensors_in_each_dtype():
+    report = build_report("scratch_vit_ti16", img_size=32, activations=False)
+    model = timm.create_model("scratch_vit_ti16", img_size=32)
+    for dtype, key in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
+        real = sum(p.numel() * p.element_size() for p in model.to(dtype).parameters())
+        assert report["memory"]["weights_bytes"][key] == real
+    assert report["memory"]["inference_fp16_bytes"] == report["memory"]["weights_bytes"]["fp16"]
+    training = report["memory"]["training_mixed_precision_adamw"]
+    assert training["bytes_per_param"] == 20 == sum(training["bytes_per_param_by_item"].values())
+    assert training["states_bytes"] == 20 * report["counts"]["true"]
+
+
+def test_cli_text_and_json_agree(capsys):
+    assert main(["summary", "scratch_vit_b16", "--num-classes", "5", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert main(["summary", "scratch_vit_b16", "--num-classes", "5"]) == 0
+    text = capsys.readouterr().out
+    for value in (report["counts"]["true"], report["counts"]["leaf_module"], report["tally"]["blocks"][0]["mlp"],
+                  report["flops"]["per_image_macs"]["total"]):
+        assert f"{value:,}" in text
+    training = report["memory"]["training_mixed_precision_adamw"]
+    for value in (training["states_bytes"], training["activations_bytes"], training["total_bytes"]):
+        assert f"({value:,} bytes)" in text
+    for text_piece in ("12h²+13h", "MLP vs attention", "GFLOPs", "20 bytes/param", "activations for batch 1"):
+        assert text_piece in text
+    assert "layers" not in report
+
+
+def test_count_summary_keeps_the_counts_and_tally():
+    text = count_summary("scratch_vit_b32", num_classes=5)
+    for value in (87_419_909, 87_419_909 + 50 * 768 + 768, 12 * (12 * 768 ** 2 + 13 * 768)):
+        assert f"{value:,}" in text
+
+
+def test_cli_layers_and_bad_options(capsys):
+    assert main(["summary", "scratch_vit_ti16", "--img-size", "32", "--batch", "2", "--layers", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"]["batch"] == 2 and report["layers"][0]["output_shape"] == [-1, 192, 2, 2]
+    assert main(["summary", "scratch_vit_b16", "--img-size", "100"]) == 2
+    assert "img_size (100, 100) is not divisible by patch_size (16, 16)" in capsys.readouterr().err
+    assert main(["summary", "scratch_vit_b16", "--batch", "0"]) == 2
+    assert "--batch must be >= 1" in capsys.readouterr().err

@@ -1,0 +1,45 @@
+"""The benchmark entry point runs end to end and writes its JSON, Markdown and plot (no timing checks)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "run.py"),
+        "--measure", "infer", "train", "memory", "create", "pretrained",
+        "--variants", "ti16", "--pretrained-variants", "ti16", "--contestants", "ours", "timm",
+        "--batch-sizes", "1", "2", "--train-batch-sizes", "2", "--repeats", "1", "--create-repeats", "1",
+        "--warmup", "0", "--min-time", "0", "--matmul-size", "256", "--out", str(tmp_path), "--name", "smoke",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    kinds = [(r["kind"], r.get("batch")) for r in result["records"]]
+    assert kinds == [("infer", 1), ("infer", 2), ("train", 2), ("memory", 2), ("create", None), ("pretrained", None)]
+    for record in result["records"]:
+        assert set(record["median"]) == {"ours", "timm"} and all(v > 0 for v in record["median"].values())
+        assert set(record["ratio"]) == {"timm"}
+    infer = result["records"][0]
+    assert infer["forward_flops_per_image"] > 1e9 and 0 < infer["fraction_of_matmul"]["ours"]
+    pretrained = result["records"][-1]
+    assert pretrained["logits_max_abs_diff_vs_timm"]["ours"] <= 1e-5
+    memory = result["records"][3]["raw"]
+    assert memory["ours"]["torch_peak_bytes"] > memory["ours"]["resting_bytes"] > 0
+    table = (tmp_path / "smoke.md").read_text()
+    assert "| inference fp32 (img/s) | ti16 | 1 |" in table and "ours/timm" in table
+    assert (tmp_path / "smoke.png").stat().st_size > 0
+    assert result["machine"]["threads"] >= 1 and result["machine"]["torch"]
+    # a second bounded run appends to the same report, keeping both runs' dates and loads
+    again = command[:2] + ["--measure", "create", "--variants", "ti16", "--contestants", "ours", "timm",
+                           "--repeats", "1", "--create-repeats", "1", "--warmup", "0", "--out", str(tmp_path),
+                           "--name", "smoke", "--append"]
+    done = subprocess.run(again, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((tmp_path / "smoke.json").read_text())
+    assert [r["kind"] for r in merged["records"]] == [k for k, _ in kinds] + ["create"]
+    assert len(merged["machine"]["runs"]) == 2 and len(merged["settings"]["runs"]) == 2
+    assert (tmp_path / "smoke.md").read_text().count("- run ") == 2

@@ -1,0 +1,106 @@
+"""A child process that runs the plugin's loaders on files, for the fuzz tests: ``python loader_worker.py``.
+
+Reads one JSON request per line on stdin (``{"loader": NAME, "path": PATH, "out": DIR}``) and answers
+each on stdout with a line ``@@ {"outcome": "ok", ...}`` or ``@@ {"outcome": "error", "type": ...,
+"ours": bool, "message": ..., "traceback": ...}``. A parser that crashes the interpreter or hangs
+takes only this process down; the test sees it die or go quiet and reports the input. Besides the
+loaders, ``limit_memory`` caps the process's address space (``RLIMIT_AS``) for the resource-bound tests,
+``allocate`` shows that the cap bites, and ``timm_local_dir`` runs timm's own loader on a model directory.
+"""
+import json
+import shutil
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")  # torch warns about odd pickle protocols in damaged files; answers go to stdout
+
+from timm_vitscratch.convert import convert  # noqa: E402
+from timm_vitscratch.convert.checkpoint import open_checkpoint  # noqa: E402
+from timm_vitscratch.errors import ConversionError, ModelDirectoryError  # noqa: E402
+from timm_vitscratch.files import sha256_file  # noqa: E402
+from timm_vitscratch.hub.client import check_model_directory  # noqa: E402
+from timm_vitscratch.hub.model_dir import read_config  # noqa: E402
+
+
+def load_checkpoint_file(path: Path, request: dict) -> dict:
+    """Open a checkpoint and read every tensor; what was read must be what the header promised."""
+    with open_checkpoint(path) as checkpoint:
+        names = checkpoint.keys()
+        for name in names:
+            tensor = checkpoint.tensor(name)
+            if tuple(tensor.shape) != checkpoint.shape(name) or tensor.dtype != checkpoint.dtype(name):
+                return {"outcome": "inconsistent", "message": f"{name}: read {tuple(tensor.shape)} {tensor.dtype}, "
+                        f"announced {checkpoint.shape(name)} {checkpoint.dtype(name)}"}
+    return {"outcome": "ok", "tensors": len(names)}
+
+
+def convert_file(path: Path, request: dict) -> dict:
+    """Convert end to end; a conversion that succeeds must have written a directory that checks out."""
+    out = Path(request["out"])
+    shutil.rmtree(out, ignore_errors=True)
+    result = convert(path, out)
+    config, _ = check_model_directory(out, require_sha256=True)
+    if config["vitscratch"]["sha256"] != sha256_file(out / "model.safetensors"):
+        return {"outcome": "inconsistent", "message": "written sha256 does not match the file"}
+    return {"outcome": "ok", "model": result.model_name}
+
+
+def read_model_config(path: Path, request: dict) -> dict:
+    return {"outcome": "ok", "keys": len(read_config(path))}
+
+
+def check_directory(path: Path, request: dict) -> dict:
+    config, _ = check_model_directory(path, require_sha256=True)
+    return {"outcome": "ok", "sha256": config["vitscratch"]["sha256"]}
+
+
+def limit_memory(path: Path, request: dict) -> dict:
+    """Cap this process's address space at what it uses now plus ``headroom`` bytes (RLIMIT_AS)."""
+    import resource
+
+    with open("/proc/self/statm") as statm:
+        in_use = int(statm.read().split()[0]) * resource.getpagesize()
+    limit = in_use + int(request["headroom"])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    return {"outcome": "ok", "limit": limit}
+
+
+def allocate(path: Path, request: dict) -> dict:
+    """Allocate ``bytes`` (to show that the memory limit bites)."""
+    block = bytearray(int(request["bytes"]))
+    return {"outcome": "ok", "allocated": len(block)}
+
+
+def timm_local_dir(path: Path, request: dict) -> dict:
+    import timm
+
+    timm.create_model(f"local-dir:{path}", pretrained=True)
+    return {"outcome": "ok"}
+
+
+LOADERS = {"limit_memory": (limit_memory, ()), "allocate": (allocate, ()), "timm_local_dir": (timm_local_dir, ()),
+           "checkpoint": (load_checkpoint_file, ConversionError), "convert": (convert_file, ConversionError),
+           "read_config": (read_model_config, ModelDirectoryError),
+           "check_model_directory": (check_directory, ModelDirectoryError)}
+
+
+def answer(request: dict) -> dict:
+    run, ours = LOADERS[request["loader"]]
+    try:
+        return run(Path(request["path"]), request)
+    except Exception as error:
+        return {"outcome": "error", "type": f"{type(error).__module__}.{type(error).__qualname__}",
+                "ours": isinstance(error, ours), "message": str(error),
+                "traceback": "".join(traceback.format_exception(error))[-3000:]}
+
+
+def main() -> None:
+    print("@@ " + json.dumps({"outcome": "ready"}), flush=True)
+    for line in sys.stdin:
+        print("@@ " + json.dumps(answer(json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

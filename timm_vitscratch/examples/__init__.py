@@ -1,1 +1,0 @@
-"""Runnable examples: ``python -m timm_vitscratch.examples.digits`` (also ``vitscratch demo``)."""

@@ -1,0 +1,403 @@
+"""Push and pull model directories through the Hugging Face Hub.
+
+Built on ``huggingface_hub`` (``HfApi.create_repo`` / ``create_branch`` / ``upload_folder``,
+``snapshot_download``) and timm's hub helpers (``save_config_for_hf`` through :mod:`.hub_format`,
+``load_model_config_from_hf``, the model-card layout). ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
+``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client.
+Remote failures surface as ``huggingface_hub``'s own exceptions (``RepositoryNotFoundError``,
+``RevisionNotFoundError``, ``LocalEntryNotFoundError``, ``HfHubHTTPError``); a model directory that is
+not what it claims raises :class:`ModelDirectoryError`.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import timm
+from huggingface_hub import HfApi, constants, snapshot_download
+from huggingface_hub.errors import (
+    HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
+)
+from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
+from safetensors import safe_open
+from timm.models import split_model_name_tag
+from timm.models._hub import load_model_config_from_hf
+from torch import nn
+
+from ..models.build import build_on_meta
+from ..errors import ModelDirectoryError
+from ..files import PathLike, atomic_write, current_umask, sha256_file
+from .model_dir import (  # noqa: F401  (save_model_directory: also importable from here)
+    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config, save_model_directory,
+    write_config,
+)
+from .model_card import model_card
+from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+
+README_NAME = "README.md"
+REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
+_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: transport errors (the HTTP client's class names) of a connection that was open and then lost
+_DROPPED = {"RemoteProtocolError", "ReadError", "WriteError"}
+
+
+# --- the model directory ---------------------------------------------------------------------------
+def check_model_directory(directory: PathLike, require_sha256: bool = True,
+                          label: Optional[str] = None) -> Tuple[Dict[str, Any], nn.Module]:
+    """Check that ``directory`` holds weights for a registered architecture, as its config says.
+
+    Returns the config and the model built from it on ``meta`` (no memory). Raises
+    :class:`ModelDirectoryError` naming what is wrong: a missing or damaged file, an architecture the
+    plugin does not register, tensors that do not fit the architecture, or a sha256 that does not match.
+    Only the safetensors header is parsed (by the safetensors library, which bounds it) before the
+    sha256 is computed; nothing in either file is executed.
+    """
+    directory = Path(directory)
+    label = label or str(directory)
+    try:
+        config = read_config(directory)
+    except (FileNotFoundError, ModelDirectoryError) as err:
+        raise ModelDirectoryError(f"{label}: {err}") from None
+    weights = directory / WEIGHTS_NAME
+    if not weights.is_file():
+        raise ModelDirectoryError(f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+    found = _tensor_shapes(weights, label)
+    architecture, kwargs = config_model_args(config, found, label)
+    model = _meta_model(architecture, kwargs, label)
+    _check_tensors(found, model, label)
+    expected = config.get(METADATA_KEY, {}).get("sha256")
+    if expected is None:
+        if require_sha256:
+            raise ModelDirectoryError(f"{label}: {CONFIG_NAME} has no '{METADATA_KEY}.sha256', so {WEIGHTS_NAME} "
+                                      "cannot be verified; push it with `vitscratch push`, which records it")
+    else:
+        actual = sha256_file(weights)
+        if actual != expected:
+            raise ModelDirectoryError(
+                f"{label}: {WEIGHTS_NAME} has sha256 {actual}, but {CONFIG_NAME} says {expected}: "
+                "these are not the weights the config describes")
+    return config, model
+
+
+def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:
+    try:
+        return build_on_meta(architecture, **kwargs)
+    except Exception as err:  # any argument the model rejects, however it rejects it
+        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args {kwargs} do not build "
+                                  f"{architecture}: {type(err).__name__}: {err}") from None
+
+
+def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[int, ...]]:
+    """Names and shapes from the safetensors header (validated by the library; no tensor is read)."""
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            return {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
+    except Exception as err:  # safetensors raises its own error types for a damaged header
+        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
+
+
+def _check_tensors(found: Dict[str, Tuple[int, ...]], model: nn.Module, label: str) -> None:
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    problems = [f"missing {k}" for k in expected if k not in found]
+    problems += [f"unexpected {k}" for k in found if k not in expected]
+    problems += [f"{k}: {found[k]} where the architecture needs {v}" for k, v in expected.items()
+                 if k in found and found[k] != v]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
+        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} does not fit the architecture in {CONFIG_NAME}: {shown}")
+
+
+# --- push ------------------------------------------------------------------------------------------
+def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private: bool = False,
+         commit_message: Optional[str] = None, token: Optional[str] = None) -> Any:
+    """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
+
+    The repo gets ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model-card
+    ``README.md`` (a README already in the directory is pushed as it is). ``revision`` is a branch,
+    created from ``main`` if missing; ``private`` applies when the repo is created. Returns
+    ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
+    """
+    if revision is not None and _COMMIT_ID.match(revision):
+        raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
+    with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
+        staging = Path(tmp)
+        config, model = _stage(source, staging)
+        if not (staging / README_NAME).exists():
+            (staging / README_NAME).write_text(model_card(config, model, repo_id), encoding="utf-8")
+        api = HfApi(token=token)
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        if revision not in (None, constants.DEFAULT_REVISION):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_id, folder_path=staging, revision=revision,
+            commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch")
+    _check_pushed_weights(api, repo_id, info.oid, config[METADATA_KEY]["sha256"], token)
+    return info
+
+
+def _stage(source: PathLike, staging: Path) -> Tuple[Dict[str, Any], nn.Module]:
+    """Put what to push into ``staging``: the directory's files (weights linked, not copied) or a new model."""
+    path = Path(source)
+    if path.is_dir():
+        config, model = check_model_directory(path, require_sha256=False)
+        config.setdefault(METADATA_KEY, {}).setdefault("sha256", sha256_file(path / WEIGHTS_NAME))
+        os.symlink((path / WEIGHTS_NAME).resolve(), staging / WEIGHTS_NAME)
+        write_config(staging, config)
+        if (path / README_NAME).is_file():
+            shutil.copyfile(path / README_NAME, staging / README_NAME)
+        return config, model
+    name, tag = split_model_name_tag(str(source))
+    if name not in ARCHITECTURES:
+        raise ModelDirectoryError(f"{str(source)!r} is neither a model directory nor a registered model name "
+                                  f"({', '.join(ARCHITECTURES)}, optionally with a .tag)")
+    model = timm.create_model(str(source), pretrained=bool(tag))
+    save_model_directory(model, staging, source={"format": "timm_vitscratch", "model": str(source),
+                                                 "weights": "pretrained" if tag else "random init"})
+    return check_model_directory(staging, label=str(source))
+
+
+def _check_pushed_weights(api: HfApi, repo_id: str, commit: str, sha256: str, token: Optional[str]) -> None:
+    """The Hub reports the sha256 of an LFS file: make sure it holds exactly the bytes we pushed."""
+    url = hf_hub_url(repo_id, WEIGHTS_NAME, revision=commit, endpoint=api.endpoint)
+    etag = get_hf_file_metadata(url, token=token if token is not None else api.token).etag
+    if etag != sha256:
+        raise ModelDirectoryError(f"{repo_id}@{commit}: the Hub reports {WEIGHTS_NAME} with sha256 {etag}, "
+                                  f"but the pushed file has {sha256}")
+
+
+# --- pull ------------------------------------------------------------------------------------------
+def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token: Optional[str] = None,
+         force: bool = False) -> Path:
+    """Download ``repo_id`` at ``revision`` (branch or commit id) and install it into ``out_dir``.
+
+    Files come through the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), are
+    copied into a temporary directory beside ``out_dir``, checked (registered architecture, tensors
+    fit the config, sha256 equals ``config.json``'s ``vitscratch.sha256``) and renamed into place:
+    on any failure ``out_dir`` is left as it was. A non-empty ``out_dir`` is replaced only with ``force``.
+
+    Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
+    if they are damaged again the pull fails and the damaged copy is removed from the cache.
+    Pulls into one ``out_dir`` may run at once (they take turns to install, under a lock on the parent
+    directory), and a pull cleans up what an earlier, killed pull into ``out_dir`` left behind.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} exists and is not a directory")
+    if not out_dir.parent.is_dir():
+        raise FileNotFoundError(f"output directory's parent {str(out_dir.parent)!r} does not exist")
+    with directory_lock(out_dir.parent):
+        recover_interrupted_pull(out_dir)
+    if _occupied(out_dir) and not force:
+        raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
+    label = f"{repo_id}@{revision or constants.DEFAULT_REVISION}"
+    snapshot = _download(repo_id, revision, token, label)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        with directory_lock(staging):  # held while alive: a later pull removes only staging nobody holds
+            os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; OUT_DIR gets what mkdir would give
+            for name in REPO_FILES:
+                if (snapshot / name).is_file():
+                    with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+            check_model_directory(staging, require_sha256=True, label=label)
+            with directory_lock(out_dir.parent):
+                recover_interrupted_pull(out_dir, keep=staging)
+                _install(staging, out_dir, force)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _occupied(directory: Path) -> bool:
+    return directory.is_dir() and any(directory.iterdir())
+
+
+def _download(repo_id: str, revision: Optional[str], token: Optional[str], label: str) -> Path:
+    """The repo's files in the Hugging Face cache, with weights whose bytes are what the Hub says it holds."""
+    for attempt in range(2):
+        snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES),
+                                          force_download=attempt > 0))
+        weights = snapshot / WEIGHTS_NAME
+        hub_sha256 = os.path.basename(os.path.realpath(weights))  # the cache names LFS blobs by their sha256
+        if not weights.is_file() or not _SHA256.match(hub_sha256):
+            # missing (check_model_directory says so), not an LFS file, or a cache without links
+            # (config.json's sha256 still decides)
+            remove_abandoned_downloads(snapshot)
+            return snapshot
+        actual = sha256_file(weights)
+        if actual == hub_sha256:
+            remove_abandoned_downloads(snapshot)
+            return snapshot
+    os.unlink(os.path.realpath(weights))  # never leave damaged bytes in the cache under the Hub's sha256
+    raise ModelDirectoryError(
+        f"{label}: {WEIGHTS_NAME} arrived damaged twice: the Hub says its sha256 is {hub_sha256}, the bytes received "
+        f"have {actual} (a proxy or the network altering the download?); nothing was installed")
+
+
+def remove_abandoned_downloads(snapshot: Path) -> None:
+    """Delete partial downloads of this repo that a killed process left in the Hugging Face cache.
+
+    huggingface_hub downloads each file to a process-unique ``blobs/<etag>.<random>.incomplete`` under a
+    lock (``.locks/<repo folder>/<etag>.lock``, an flock) and never resumes or removes another process's
+    file. A partial file whose lock nobody holds belongs to no running download.
+    """
+    repo_folder = snapshot.parent.parent
+    locks = repo_folder.parent / ".locks" / repo_folder.name
+    for partial in (repo_folder / "blobs").glob("*.incomplete"):
+        lock_path = locks / f"{partial.name.split('.')[0]}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+        except BlockingIOError:
+            pass  # a download is under way
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _install(staging: Path, out_dir: Path, force: bool) -> None:
+    """Rename ``staging`` into place (the caller holds the parent directory's lock)."""
+    if not _occupied(out_dir):
+        os.replace(staging, out_dir)  # also replaces an empty directory
+        return
+    if not force:
+        if _same_files(staging, out_dir):
+            shutil.rmtree(staging)  # another pull installed the same model meanwhile
+            return
+        raise FileExistsError(f"{out_dir} is not empty (it was filled while this pull ran); "
+                              "pull into a new directory or pass force=True (--force)")
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+    os.replace(out_dir, old)  # a kill between these two renames is undone by the next pull's recovery
+    try:
+        os.replace(staging, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    return names == sorted(p.name for p in b.iterdir()) and all(
+        (a / n).is_file() and (b / n).is_file() and sha256_file(a / n) == sha256_file(b / n) for n in names)
+
+
+def recover_interrupted_pull(out_dir: PathLike, keep: Optional[Path] = None) -> None:
+    """Undo what a pull into ``out_dir`` that was killed left behind (call under the parent's lock).
+
+    A previous model set aside (``.NAME.*.old``) goes back to ``out_dir`` if that is missing, and is removed
+    otherwise; staging directories (``.NAME.*.tmp``) that no living pull holds are removed.
+    """
+    out_dir = Path(out_dir)
+    for old in sorted(out_dir.parent.glob(f".{out_dir.name}.*.old"), key=lambda p: p.stat().st_mtime):
+        if not out_dir.exists():
+            os.replace(old, out_dir)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    for staging in out_dir.parent.glob(f".{out_dir.name}.*.tmp"):
+        if staging == keep or not staging.is_dir():
+            continue
+        try:
+            with directory_lock(staging, wait=False):
+                shutil.rmtree(staging, ignore_errors=True)
+        except BlockingIOError:
+            pass  # a pull that is running holds it
+
+
+@contextlib.contextmanager
+def directory_lock(directory: PathLike, wait: bool = True) -> Iterator[None]:
+    """An exclusive ``flock`` on a directory (released when the process dies, so a kill leaves no stale lock).
+
+    ``wait=False`` raises ``BlockingIOError`` when another process holds it.
+    """
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+# --- pretrained tags -------------------------------------------------------------------------------
+def register_tag_from_hub(model_tag: str, repo_id: str, revision: Optional[str] = None,
+                          token: Optional[str] = None, default: bool = False) -> str:
+    """Register ``"variant.tag"`` for the weights in ``repo_id``, pinned to the revision's commit.
+
+    Reads the repo's ``config.json`` with timm's ``load_model_config_from_hf`` and takes its pretrained
+    cfg (classes, input size, mean/std, license ...). Afterwards ``timm.create_model("variant.tag",
+    pretrained=True)`` loads these weights. Returns the registered ``hf_hub_id`` (``ORG/NAME@commit``).
+    """
+    variant, _ = split_model_name_tag(model_tag)
+    commit = HfApi(token=token).model_info(repo_id, revision=revision).sha
+    pretrained_cfg, architecture, model_args = load_model_config_from_hf(f"{repo_id}@{commit}")
+    if architecture != variant:
+        raise ModelDirectoryError(f"{repo_id}@{commit} holds {architecture!r} weights, not {variant!r}")
+    defaults = ARCHITECTURES[variant]
+    differing = {k: v for k, v in model_args.items() if k in defaults and defaults[k] != v}
+    if differing:
+        warnings.warn(f"{repo_id} was saved with {differing}, which differ from {variant}'s defaults: pass them "
+                      f"to timm.create_model({model_tag!r}, pretrained=True, ...)", stacklevel=2)
+    skip = {"hf_hub_id", "source", "architecture", "tag", "file", "url", "state_dict"}
+    cfg = {k: v for k, v in pretrained_cfg.items() if k not in skip and k in PRETRAINED_CFG_FIELDS}
+    hf_hub_id = f"{repo_id}@{commit}"
+    register_hub_weights(model_tag, hf_hub_id, default=default, **cfg)
+    return hf_hub_id
+
+
+# --- errors for people -----------------------------------------------------------------------------
+def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[str] = None) -> str:
+    """One clear sentence for a failed push/pull: what went wrong, and what to check."""
+    where = f"{constants.ENDPOINT}"
+    if re.search(r"xet-(write|read)-token", str(error)):
+        return (f"the Hub at {where} has no Xet storage ({str(error).splitlines()[0]}): set HF_HUB_DISABLE_XET=1 "
+                "so that huggingface_hub uploads through classic LFS (the local test Hub speaks only LFS)")
+    if isinstance(error, RevisionNotFoundError):
+        return f"revision {revision!r} not found in {repo_id} at {where} (a branch name or a full commit id)"
+    if isinstance(error, RepositoryNotFoundError):
+        return (f"repository {repo_id!r} not found at {where} (check the id, HF_ENDPOINT, "
+                "and HF_TOKEN for a private repository)")
+    if isinstance(error, LocalEntryNotFoundError):
+        cause = error.__cause__ or error.__context__
+        not_cached = f"{repo_id}@{revision or constants.DEFAULT_REVISION} is not in the local cache (HF_HUB_CACHE)"
+        if isinstance(cause, HfHubHTTPError):
+            return f"{describe_hub_error(cause, repo_id, revision)}; {not_cached}"
+        detail = f": {type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else f": {error}"
+        return f"cannot get {repo_id}@{revision or constants.DEFAULT_REVISION} from {where}{detail}; {not_cached}"
+    if isinstance(error, HfHubHTTPError):
+        status = error.response.status_code if error.response is not None else "?"
+        message = error.server_message or str(error).splitlines()[0]
+        return f"the Hub at {where} answered HTTP {status} for {repo_id}: {message.strip()}"
+    if _is_network_error(error):
+        if type(error).__name__ in _DROPPED:
+            return (f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
+                    "huggingface_hub's retries, where it makes any, did not get through; try again later")
+        return f"cannot reach the Hub at {where}: {type(error).__name__}: {error}"
+    return str(error)
+
+
+def is_hub_failure(error: BaseException) -> bool:
+    """Errors push/pull report to a person (bad input, Hub answers, network) rather than as a crash."""
+    return isinstance(error, (ValueError, OSError)) or _is_network_error(error)
+
+
+def _is_network_error(error: BaseException) -> bool:
+    """The HTTP client's transport errors (its class names; the client library changed across versions)."""
+    names = {"TransportError", "ConnectError", "ConnectionError", "TimeoutException", "Timeout"}
+    return any(cls.__name__ in names for cls in type(error).__mro__)

@@ -1,0 +1,63 @@
+"""The README model card pushed with a model: architecture, both counts, weights source, usage, license."""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+from timm.models._hub import generate_readme  # timm's own card layout (YAML metadata + sections)
+from torch import nn
+
+from ..inspect.counts import leaf_module_param_count, true_param_count
+from .model_dir import METADATA_KEY
+
+TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
+
+
+def architecture_line(config: Dict[str, Any], model: nn.Module) -> str:
+    """``scratch_vit_b16: patch 16, embed_dim 768, depth 12, heads 12, 224x224, 1000 classes``."""
+    patch = model.patch_embed.patch_size
+    height, width = model.patch_embed.img_size
+    parts = [f"patch {patch[0] if patch[0] == patch[1] else tuple(patch)}", f"embed_dim {model.embed_dim}",
+             f"depth {len(model.blocks)}", f"heads {model.blocks[0].attn.num_heads}", f"{height}x{width}",
+             f"{model.num_classes} classes"]
+    if model.distilled:
+        parts.append("distillation token + head_dist (DeiT)")
+    elif not isinstance(model.pre_logits, nn.Identity):
+        parts.append(f"representation layer {model.head_hidden_size} (has_logits)")
+    return f"{config['architecture']}: " + ", ".join(parts)
+
+
+def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
+    """Markdown card for ``repo_id`` holding ``config`` (timm Hub config) and weights of ``model``."""
+    metadata = config.get(METADATA_KEY, {})
+    source = metadata.get("source")
+    source_text = json.dumps(source, sort_keys=True) if source else "not recorded"
+    license_name = config.get("pretrained_cfg", {}).get("license") or "apache-2.0"
+    usage = (
+        "```python\n"
+        "import timm\n"
+        "import timm_vitscratch  # registers the scratch_* architectures with timm\n\n"
+        f"model = timm.create_model('hf-hub:{repo_id}', pretrained=True).eval()\n"
+        "```\n\n"
+        "Or install a verified copy (sha256 checked against `config.json`) into a directory:\n\n"
+        f"```bash\nvitscratch pull {repo_id} OUT_DIR\n```\n"
+    )
+    card = {
+        "license": license_name,
+        "tags": TAGS,
+        "description": (
+            "A Vision Transformer written from scratch in PyTorch and registered with timm by the "
+            "timm_vitscratch plugin. "
+            "The repository holds timm's Hub layout: `config.json` and `model.safetensors`."
+        ),
+        "details": {
+            "Architecture": architecture_line(config, model),
+            "Parameters (true count, sum of model.parameters())": f"{true_param_count(model):,}",
+            "Parameters (leaf-module count, what torchsummary prints)": f"{leaf_module_param_count(model):,}",
+            "Weights source": source_text,
+            "Weights sha256": metadata.get("sha256", "not recorded"),
+            "License": license_name,
+        },
+        "usage": usage,
+    }
+    return generate_readme(card, repo_id.split("/")[-1])

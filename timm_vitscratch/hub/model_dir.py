@@ -1,0 +1,160 @@
+"""The model directory format shared by conversion, the Hub and ``hub_configs/``.
+
+A model directory is timm's Hub layout: ``model.safetensors`` plus a ``config.json`` written by
+timm's own ``save_config_for_hf`` (``architecture``, ``num_classes``, ``num_features``,
+``global_pool``, ``model_args``, ``pretrained_cfg``), so ``timm.create_model("hf-hub:…")`` and
+``timm.create_model("local-dir:…")`` load it. We add one key of our own, ``"vitscratch"``, with the
+sha256 of the weights file and where the weights came from.
+
+:func:`write_model_directory` is the one writer of these files: conversion streams a checkpoint
+through it, :func:`save_model_directory` (training, the Hub, the examples) a model in memory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from timm.models._hub import save_config_for_hf
+from timm.utils import unwrap_model
+from torch import nn
+
+from ..errors import ModelDirectoryError
+from ..files import PathLike, atomic_write
+from ..models.variants import ARCHITECTURES
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..convert.writer import TensorSpec
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+METADATA_KEY = "vitscratch"
+#: model_args that say where to build, not what: never taken from a file (a model is checked on meta)
+PLACEMENT_ARGS = ("device", "dtype")
+_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
+
+
+def model_config(
+    model: nn.Module, weights_sha256: Optional[str] = None, source: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """timm's Hub config for ``model`` (built by timm's ``save_config_for_hf``) plus our metadata."""
+    metadata: Dict[str, Any] = {}
+    if weights_sha256 is not None:
+        metadata["sha256"] = weights_sha256
+    if source is not None:
+        metadata["source"] = source
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        save_config_for_hf(model, tmp, model_config={METADATA_KEY: metadata} if metadata else None)
+        return json.loads(Path(tmp).read_text())
+    finally:
+        os.unlink(tmp)
+
+
+def write_config(directory: PathLike, config: Dict[str, Any]) -> Path:
+    """Write ``config.json`` into ``directory`` atomically."""
+    path = Path(directory) / CONFIG_NAME
+    with atomic_write(path, "w") as handle:
+        json.dump(config, handle, indent=2)
+        handle.write("\n")
+    return path
+
+
+def read_config(directory: PathLike) -> Dict[str, Any]:
+    """Read a model directory's ``config.json``: a JSON object, or a clear error naming the file.
+
+    Raises ``FileNotFoundError`` when it is missing and :class:`ModelDirectoryError` (a ``ValueError``)
+    when it is not UTF-8 JSON holding an object.
+    """
+    path = Path(directory) / CONFIG_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found: a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ModelDirectoryError(f"{path} is not UTF-8 text (damaged?): {err}") from None
+    except json.JSONDecodeError as err:
+        raise ModelDirectoryError(f"{path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ModelDirectoryError(f"{path} nests JSON too deeply to be a model config") from None
+    if not isinstance(config, dict):
+        raise ModelDirectoryError(f"{path} holds a JSON {type(config).__name__}, not an object of config fields")
+    return config
+
+
+def write_model_directory(
+    directory: PathLike,
+    model: nn.Module,
+    specs: "List[TensorSpec]",
+    produce: "Callable[[TensorSpec], torch.Tensor]",
+    source: Optional[Dict[str, Any]] = None,
+    written: "Optional[Callable[[TensorSpec], None]]" = None,
+) -> str:
+    """Write ``model.safetensors`` (tensor by tensor: ``produce(spec)`` for each of ``specs``), then
+    ``config.json`` describing ``model`` (which may live on ``meta``) with the weights' sha256.
+
+    Both files are written atomically; weights first, so a config never names weights that are not
+    there. ``written(spec)`` is called once a tensor is on its way to disk (see ``write_safetensors``).
+    Returns the sha256 of ``model.safetensors``.
+    """
+    from ..convert.writer import write_safetensors  # the convert package imports this module
+
+    sha256 = write_safetensors(Path(directory) / WEIGHTS_NAME, specs, produce, written=written)
+    write_config(directory, model_config(model, weights_sha256=sha256, source=source))
+    return sha256
+
+
+def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
+    """Write a model held in memory (DDP / ``torch.compile`` wrappers unwrapped) as a model directory.
+
+    ``timm.create_model("local-dir:DIR", pretrained=True)`` rebuilds it from the config and loads the
+    weights; ``vitscratch push DIR ORG/NAME`` sends it to the Hub.
+    """
+    from ..convert.writer import TensorSpec
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model = unwrap_model(model)  # a wrapper would prefix every key
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    specs = [TensorSpec(name, tuple(tensor.shape), tensor.dtype) for name, tensor in state.items()]
+    write_model_directory(directory, model, specs, lambda spec: state[spec.name], source)
+    return directory
+
+
+def config_model_args(config: Dict[str, Any], weight_names: Iterable[str], label: str) -> Tuple[str, Dict[str, Any]]:
+    """The architecture and ``create_model`` keyword arguments a model directory's config asks for.
+
+    Checks the fields' types, and that the depth matches the blocks in the weights before anything is
+    built (a config claiming a billion blocks is refused here rather than built). Raises
+    :class:`ModelDirectoryError` starting with ``label``.
+    """
+    architecture = config.get("architecture")
+    if not isinstance(architecture, str) or architecture not in ARCHITECTURES:
+        raise ModelDirectoryError(
+            f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
+            f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
+            f"timm.create_model('hf-hub:...') / 'local-dir:...'.")
+    model_args = config.get("model_args") or {}
+    if not isinstance(model_args, dict):
+        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args is a {type(model_args).__name__}, "
+                                  "expected an object of create_model arguments")
+    kwargs = {k: v for k, v in model_args.items() if k not in PLACEMENT_ARGS}
+    kwargs.setdefault("num_classes", config.get("num_classes", 1000))
+    depth = kwargs.get("depth", ARCHITECTURES[architecture]["depth"])
+    blocks = {int(m.group(1)) for m in map(_BLOCK_KEY.match, weight_names) if m}
+    if type(depth) is not int or depth != len(blocks):
+        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} asks for depth {depth!r}, but {WEIGHTS_NAME} holds "
+                                  f"{len(blocks)} blocks")
+    metadata = config.get(METADATA_KEY, {})
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("sha256", ""), str):
+        raise ModelDirectoryError(f"{label}: {CONFIG_NAME}'s {METADATA_KEY!r} entry is damaged: expected "
+                                  '{"sha256": "<hex>", "source": {...}}')
+    return architecture, kwargs

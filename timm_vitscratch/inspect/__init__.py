@@ -1,0 +1,1 @@
+"""Inspection: parameter counts, FLOPs, memory estimates, the per-layer table, attention maps, reports."""

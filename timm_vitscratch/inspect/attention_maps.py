@@ -1,0 +1,168 @@
+"""What a ViT attends to: last-block CLS attention, attention rollout, and a PNG of both.
+
+Attention rollout (Abnar & Zuidema, 2020): average each block's attention over heads, add the
+identity for the residual path and renormalise rows, then multiply the blocks' matrices from the
+first to the last. Every matrix here is row-stochastic: each row sums to 1.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import numpy as np
+import timm
+import torch
+from timm.data import create_transform, resolve_data_config
+from torch import nn
+
+from ..files import PathLike, atomic_write
+from ..models.variants import ARCHITECTURES, unknown_model_message
+
+FIGSIZE = (9.0, 3.4)  # inches; at DPI 100 the PNG is 900 x 340 pixels
+DPI = 100
+
+
+@dataclass
+class AttentionMaps:
+    """Attention of a batch of B images; N tokens = prefix tokens + grid_size[0] * grid_size[1] patches."""
+
+    blocks: List[torch.Tensor]  # per block (B, heads, N, N)
+    last_block: torch.Tensor  # (B, N, N): the last block averaged over heads
+    rollout: torch.Tensor  # (B, N, N): rollout across all blocks
+    num_prefix_tokens: int
+    grid_size: Tuple[int, int]
+
+    def cls_patch_map(self, matrix: torch.Tensor) -> torch.Tensor:
+        """The class token's row of ``matrix`` over the patch tokens, as a (B, grid_h, grid_w) map."""
+        return matrix[:, 0, self.num_prefix_tokens:].reshape(-1, *self.grid_size)
+
+    @property
+    def cls_last_block(self) -> torch.Tensor:
+        return self.cls_patch_map(self.last_block)
+
+    @property
+    def cls_rollout(self) -> torch.Tensor:
+        return self.cls_patch_map(self.rollout)
+
+
+def attention_rollout(blocks: List[torch.Tensor]) -> torch.Tensor:
+    """Rollout of per-block (B, heads, N, N) attention: (B, N, N), rows summing to 1."""
+    rollout: Optional[torch.Tensor] = None
+    for attn in blocks:
+        mixed = 0.5 * attn.mean(dim=1) + 0.5 * torch.eye(attn.shape[-1], dtype=attn.dtype, device=attn.device)
+        mixed = mixed / mixed.sum(dim=-1, keepdim=True)
+        rollout = mixed if rollout is None else mixed @ rollout
+    if rollout is None:
+        raise ValueError("attention rollout needs at least one block")
+    return rollout
+
+
+def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
+    """Run ``model``'s eager attention path on (B, C, H, W) ``images`` and collect the maps."""
+    if not hasattr(model, "forward_attention"):
+        raise ValueError(f"{type(model).__name__} has no forward_attention: attention maps need a "
+                         "timm_vitscratch VisionTransformer")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            _, blocks = model.forward_attention(images)
+    finally:
+        model.train(was_training)
+    return AttentionMaps(blocks=blocks, last_block=blocks[-1].mean(dim=1), rollout=attention_rollout(blocks),
+                         num_prefix_tokens=model.num_prefix_tokens, grid_size=tuple(model.patch_embed.grid_size))
+
+
+def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Module, str]:
+    """A model directory (``config.json`` + ``model.safetensors``) or a registered name (random weights, seed 0).
+
+    Returns the model in eval mode and a description for the figure title.
+    """
+    kwargs = {} if img_size is None else dict(img_size=img_size)
+    path = Path(name_or_dir)
+    if path.is_dir():
+        model = timm.create_model(f"local-dir:{path}", pretrained=True, **kwargs)
+        description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {path}"
+    elif name_or_dir in ARCHITECTURES:
+        with torch.random.fork_rng(devices=[]):  # same picture on every run, global RNG untouched
+            torch.manual_seed(0)
+            model = timm.create_model(name_or_dir, **kwargs)
+        description = f"{name_or_dir}, RANDOM weights (untrained)"
+    else:
+        raise ValueError(f"{unknown_model_message(name_or_dir)} (--model takes a registered name or a model "
+                         "directory holding config.json and model.safetensors)")
+    if model.patch_embed.in_chans != 3:
+        raise ValueError(f"attention pictures need an RGB model (in_chans=3), got in_chans={model.patch_embed.in_chans}")
+    return model.eval(), description
+
+
+def load_image(path: PathLike, model: nn.Module) -> torch.Tensor:
+    """Read an image with Pillow and apply the model's eval transform (timm's, at the model's size).
+
+    Returns a (1, 3, H, W) normalised tensor. Raises ValueError when the file cannot be read as an image.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+    except (OSError, Image.DecompressionBombError) as err:
+        raise ValueError(f"cannot read image {str(path)!r}: {err}; expected an image file Pillow can open "
+                         "(PNG, JPEG, ...)") from None
+    config = resolve_data_config(args=dict(input_size=(3, *model.patch_embed.img_size)), model=model)
+    return create_transform(**config)(image).unsqueeze(0)
+
+
+def _denormalise(image: torch.Tensor, model: nn.Module) -> np.ndarray:
+    config = resolve_data_config(model=model)
+    mean = torch.tensor(config["mean"]).view(3, 1, 1)
+    std = torch.tensor(config["std"]).view(3, 1, 1)
+    return (image * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()
+
+
+def render_attention_png(
+    image: torch.Tensor, maps: AttentionMaps, model: nn.Module, title: str,
+    figsize: Tuple[float, float] = FIGSIZE, dpi: int = DPI,
+) -> bytes:
+    """PNG bytes: the image as the model sees it, last-block CLS attention, and rollout, overlaid."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    picture = _denormalise(image[0], model)
+    height, width = picture.shape[:2]
+    figure = Figure(figsize=figsize, dpi=dpi, layout="constrained")
+    FigureCanvasAgg(figure)
+    depth = len(maps.blocks)
+    heads = maps.blocks[-1].shape[1]
+    panels = [("input (as the model sees it)", None),
+              (f"last block: CLS attention\n(mean of {heads} heads)", maps.cls_last_block[0]),
+              (f"attention rollout\n({depth} blocks)", maps.cls_rollout[0])]
+    for index, (label, attention) in enumerate(panels, start=1):
+        axes = figure.add_subplot(1, 3, index)
+        axes.imshow(picture)
+        if attention is not None:
+            axes.imshow(attention.float().numpy(), cmap="inferno", alpha=0.6, interpolation="bilinear",
+                        extent=(0, width, height, 0))
+        axes.set_title(label, fontsize=9)
+        axes.axis("off")
+    figure.suptitle(title, fontsize=9)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def write_attention_png(
+    image_path: PathLike, name_or_dir: str, out: PathLike, img_size: Optional[int] = None,
+) -> AttentionMaps:
+    """Load the model and image, compute the maps and write the picture to ``out`` atomically."""
+    model, description = load_model(name_or_dir, img_size)
+    image = load_image(image_path, model)
+    maps = attention_maps(model, image)
+    height, width = model.patch_embed.img_size
+    title = f"{description} · {Path(image_path).name} at {height}x{width}"
+    png = render_attention_png(image, maps, model, title)
+    with atomic_write(out, "wb") as handle:
+        handle.write(png)
+    return maps

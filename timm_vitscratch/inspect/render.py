@@ -1,0 +1,185 @@
+"""Text reports: the zoo table and one model's summary (counts, tally, FLOPs, memory, layers)."""
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..models.build import build_on_meta
+from .counts import (
+    TORCHVISION_EQUIVALENTS, leaf_module_param_count, torchvision_param_count, true_param_count,
+)
+from .layer_table import LayerRow, render_layer_table
+from .report import build_report
+from ..models.variants import ARCHITECTURES
+
+
+def _fmt(value: Optional[int]) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def zoo_table(reference: bool = True) -> str:
+    """Every registered variant at its default head: true count, leaf count, torchvision's count."""
+    header = ["model", "classes", "true count", "torchsummary count", "hidden"]
+    if reference:
+        header += ["torchvision", "same"]
+    rows: List[List[str]] = []
+    for name in ARCHITECTURES:
+        model = build_on_meta(name)
+        true_count, leaf_count = true_param_count(model), leaf_module_param_count(model)
+        row = [name, str(model.num_classes), _fmt(true_count), _fmt(leaf_count), _fmt(true_count - leaf_count)]
+        if reference:
+            tv_count = torchvision_param_count(name)
+            tv_name = TORCHVISION_EQUIVALENTS.get(name, "VisionTransformer")
+            row += [f"{tv_count:,} ({tv_name})" if tv_count is not None else "—",
+                    "—" if tv_count is None else ("yes" if tv_count == true_count else "NO")]
+        rows.append(row)
+    return _render(header, rows)
+
+
+def _render(header: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    def line(cells: List[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+def count_summary(model_name: str, num_classes: Optional[int] = None) -> str:
+    """Both counts for one model, why they differ, and the by-hand tally that sums to the true count."""
+    report = build_report(model_name, num_classes=num_classes, activations=False)
+    return "\n".join([_header(report), ""] + _count_lines(report) + [""] + _tally_lines(report))
+
+
+def render_report(report: Dict[str, Any]) -> str:
+    """The text ``vitscratch summary`` prints for a report from ``build_report``."""
+    lines = [_header(report), ""]
+    if "layers" in report:
+        rows = [LayerRow(**row) for row in report["layers"]]
+        hidden = {name: item["shape"] for name, item in report["counts"]["hidden"].items()}
+        lines += [render_layer_table(rows, hidden), ""]
+    for section in (_count_lines, _tally_lines, _analytic_lines, _share_lines, _flops_lines, _memory_lines):
+        lines += section(report) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _header(report: Dict[str, Any]) -> str:
+    m = report["model"]
+    return (f"{m['name']}: image {m['img_size'][0]}x{m['img_size'][1]}, patch {m['patch_size'][0]} -> "
+            f"{m['num_patches']} patches + {m['prefix_tokens']} prefix token(s) = {m['tokens']} tokens; "
+            f"embed_dim {m['embed_dim']}, depth {m['depth']}, heads {m['num_heads']}, MLP {m['mlp_hidden']}, "
+            f"num_classes {m['num_classes']}")
+
+
+def _count_lines(report: Dict[str, Any]) -> List[str]:
+    c = report["counts"]
+    lines = [
+        "Parameters",
+        f"  true count (sum of model.parameters())       {c['true']:>15,}",
+        f"  leaf-module count (what torchsummary prints) {c['leaf_module']:>15,}",
+        f"  difference                                   {c['difference']:>15,}",
+        "  torchsummary only sums the weight/bias of the modules it hooks; these parameters belong",
+        "  to the model itself, so it never sees them:",
+    ]
+    for name, item in c["hidden"].items():
+        lines.append(f"    {name:<12} {str(tuple(item['shape'])):<18} {item['params']:>12,}")
+    return lines
+
+
+def _block_groups(blocks: List[Dict[str, int]]) -> List[Tuple[int, int, Dict[str, int]]]:
+    """Runs of consecutive identical blocks as (first, last, parts)."""
+    groups: List[Tuple[int, int, Dict[str, int]]] = []
+    for index, parts in enumerate(blocks):
+        if groups and groups[-1][2] == parts:
+            groups[-1] = (groups[-1][0], index, parts)
+        else:
+            groups.append((index, index, parts))
+    return groups
+
+
+def _tally_lines(report: Dict[str, Any]) -> List[str]:
+    t, h, depth = report["tally"], report["model"]["embed_dim"], report["model"]["depth"]
+    labels = [("patch_embedding", "patch embedding (conv)"), ("tokens", "class/dist tokens"),
+              ("position_embedding", "position embedding")]
+    lines = ["By-hand tally"]
+    lines += [f"    {label:<30} {t[key]:>14,}" for key, label in labels if t[key]]
+    for first, last, parts in _block_groups(t["blocks"]):
+        span = f"block {first}" if first == last else f"blocks {first}-{last}, each"
+        lines.append(f"    {span:<30} {parts['total']:>14,}  = attention {parts['attention']:,} + "
+                     f"MLP {parts['mlp']:,} + norms {parts['norms']:,}")
+    in_blocks = sum(b["total"] for b in t["blocks"])
+    lines.append(f"    {'encoder blocks':<30} {in_blocks:>14,}  = {depth} x (12h²+13h), h={h}: "
+                 f"{depth} x {report['analytic']['block']:,}")
+    labels = [("final_norm", "final norm"), ("representation", "representation (pre_logits)"),
+              ("head", "classifier head(s)")]
+    lines += [f"    {label:<30} {t[key]:>14,}" for key, label in labels if t[key]]
+    lines.append(f"    {'total':<30} {t['total']:>14,}  (= true count)")
+    return lines
+
+
+def _analytic_lines(report: Dict[str, Any]) -> List[str]:
+    a = report["analytic"]
+    notes = dict(attention="qkv 3h²+3h, projection h²+h", mlp="fc1 4h²+4h, fc2 4h²+h",
+                 norms="two LayerNorms, weight + bias")
+    lines = [f"Analytic, per block (h = {a['h']}, MLP ratio 4, qkv bias)"]
+    for part, formula in a["part_formulas"].items():
+        lines.append(f"    {part:<10} {formula:<9} = {a['parts'][part]:>12,}  ({notes[part]})")
+    lines.append(f"    {'block':<10} {a['block_formula']:<9} = {a['block']:>12,}")
+    lines.append(f"    whole model from the architecture alone: {a['model']:,}")
+    return lines
+
+
+def _share_lines(report: Dict[str, Any]) -> List[str]:
+    p, m = report["share"]["params"], report["share"]["macs"]
+    return [
+        "MLP vs attention",
+        f"    parameters: MLP {p['mlp']:,} ({p['mlp_of_blocks']:.1%} of the blocks, {p['mlp_of_model']:.1%} "
+        f"of the model) vs attention {p['attention']:,} ({p['attention_of_blocks']:.1%}, "
+        f"{p['attention_of_model']:.1%})",
+        f"    forward MACs: MLP {m['mlp_of_forward']:.1%} vs attention {m['attention_of_forward']:.1%} "
+        "(attention includes the token-count-squared score and value products)",
+    ]
+
+
+def _flops_lines(report: Dict[str, Any]) -> List[str]:
+    f, m = report["flops"], report["model"]
+    macs = f["per_image_macs"]
+    labels = [("patch_embedding", "patch embedding"), ("attention", f"attention ({m['depth']} blocks)"),
+              ("mlp", f"MLP ({m['depth']} blocks)"), ("representation", "representation"), ("head", "head(s)")]
+    lines = [f"FLOPs, one forward at {m['img_size'][0]}x{m['img_size'][1]} (analytic: 1 MAC = one multiply-add, "
+             "FLOPs = 2 x MACs;", "  matrix products and the patch convolution only)"]
+    lines += [f"    {label:<24} {macs[key]:>18,} MACs" for key, label in labels if macs[key]]
+    lines.append(f"    {'per image':<24} {macs['total']:>18,} MACs = {macs['total'] / 1e9:.2f} GMACs "
+                 f"= {f['per_image_flops'] / 1e9:,.2f} GFLOPs")
+    if f["batch"] > 1:
+        lines.append(f"    {'batch of ' + str(f['batch']):<24} {f['batch_macs']:>18,} MACs = "
+                     f"{f['batch_macs'] / 1e9:,.2f} GMACs = {f['batch_flops'] / 1e9:,.2f} GFLOPs")
+    return lines
+
+
+def _bytes(value: int, exact: bool = False) -> str:
+    suffix = f" ({value:,} bytes)" if exact else ""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:,.2f} {unit}{suffix}"
+    return f"{value:,} bytes"
+
+
+def _memory_lines(report: Dict[str, Any]) -> List[str]:
+    mem = report["memory"]
+    w, t = mem["weights_bytes"], mem["training_mixed_precision_adamw"]
+    items = " + ".join(f"{item} {size}" for item, size in t["bytes_per_param_by_item"].items())
+    lines = [
+        "Memory (estimates; 1 GiB = 2^30 bytes)",
+        f"    weights: fp32 {_bytes(w['fp32'])}, fp16 {_bytes(w['fp16'])}, bf16 {_bytes(w['bf16'])}",
+        f"    inference in fp16 ≈ 2 bytes/param: {_bytes(mem['inference_fp16_bytes'])} "
+        "(weights; activations are freed block by block)",
+        f"    mixed-precision AdamW training ≈ {t['bytes_per_param']} bytes/param: {_bytes(t['states_bytes'], True)}",
+        *(f"      {line}" for line in textwrap.wrap(f"= {items}", 92)),
+    ]
+    if "activations_bytes" in t:
+        batch = report["model"]["batch"]
+        lines += [
+            f"    + activations for batch {batch}: {_bytes(t['activations_bytes'], True)}",
+            *(f"      {line}" for line in textwrap.wrap(t["activations_method"], 92)),
+            f"    = training total ≈ {_bytes(t['total_bytes'], True)}",
+        ]
+    return lines

@@ -1,0 +1,159 @@
+"""One model's inspection report as plain data (what ``vitscratch summary --json`` prints).
+
+Counts, the by-hand tally, the analytic formulas, FLOPs and the per-layer table come from the model
+built on ``meta``; only the activation measurement runs real (small) tensors.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
+
+from torch import nn
+
+from ..models.build import build_on_meta
+from .counts import (
+    analytic_param_count, block_param_breakdown, block_param_formula, block_part_formulas, 
+    hidden_parameters, leaf_module_param_count, param_breakdown, true_param_count,
+)
+from .flops import block_macs, forward_macs
+from .layer_table import layer_rows
+from .memory import TRAINING_BYTES_PER_PARAM, estimate_activation_bytes, training_bytes, weight_bytes
+from ..models.variants import ARCHITECTURES
+
+#: param_breakdown's labels -> the report's keys
+_TALLY_KEYS = OrderedDict([
+    ("patch embedding (conv)", "patch_embedding"), ("class/dist tokens", "tokens"),
+    ("position embedding", "position_embedding"), ("encoder blocks", "blocks"), ("final norm", "final_norm"),
+    ("representation (pre_logits)", "representation"), ("classifier head(s)", "head"),
+])
+
+WHY_COUNTS_DIFFER = (
+    "torchsummary hooks modules and sums only each hooked module's weight and bias; the parameters "
+    "the model holds itself (class token, position embedding, distillation token) belong to no such "
+    "module, so the leaf-module count misses them")
+
+
+def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = None) -> Dict[str, Any]:
+    """create_model overrides for the options the user gave."""
+    kwargs: Dict[str, Any] = {}
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    if img_size is not None:
+        kwargs["img_size"] = img_size
+    return kwargs
+
+
+def _describe(model: nn.Module, model_name: str, batch: int) -> Dict[str, Any]:
+    embed = model.patch_embed
+    return OrderedDict(
+        name=model_name, img_size=list(embed.img_size), patch_size=list(embed.patch_size),
+        in_chans=embed.in_chans, num_patches=embed.num_patches, prefix_tokens=model.num_prefix_tokens,
+        tokens=embed.num_patches + model.num_prefix_tokens, embed_dim=model.embed_dim,
+        depth=len(model.blocks), num_heads=model.blocks[0].attn.num_heads,
+        mlp_hidden=model.blocks[0].mlp.fc1.out_features, num_classes=model.num_classes, batch=batch)
+
+
+def _tally(model: nn.Module) -> Dict[str, Any]:
+    groups = param_breakdown(model)
+    tally: Dict[str, Any] = OrderedDict((key, groups[label]) for label, key in _TALLY_KEYS.items())
+    blocks: List[Dict[str, int]] = []
+    for block in model.blocks:
+        parts = block_param_breakdown(block)
+        parts["total"] = sum(parts.values())
+        blocks.append(parts)
+    tally["blocks"] = blocks
+    tally["total"] = sum(groups.values())
+    return tally
+
+
+def _analytic(model_name: str, model: nn.Module, img_size: Optional[int]) -> Dict[str, Any]:
+    h = model.embed_dim
+    return OrderedDict(
+        h=h, block_formula="12h²+13h", block=block_param_formula(h),
+        parts=OrderedDict((k, v) for k, v in block_part_formulas(h).items()),
+        part_formulas=OrderedDict(attention="4h²+4h", mlp="8h²+5h", norms="4h"),
+        model=analytic_param_count(num_classes=model.num_classes, img_size=img_size or 224,
+                                   **ARCHITECTURES[model_name]),
+    )
+
+
+def _share(tally: Dict[str, Any], macs: Dict[str, int], true_count: int) -> Dict[str, Any]:
+    attention = sum(b["attention"] for b in tally["blocks"])
+    mlp = sum(b["mlp"] for b in tally["blocks"])
+    in_blocks = sum(b["total"] for b in tally["blocks"])
+    return OrderedDict(
+        params=OrderedDict(attention=attention, mlp=mlp,
+                           attention_of_blocks=attention / in_blocks, mlp_of_blocks=mlp / in_blocks,
+                           attention_of_model=attention / true_count, mlp_of_model=mlp / true_count),
+        macs=OrderedDict(attention_of_forward=macs["attention"] / macs["total"],
+                         mlp_of_forward=macs["mlp"] / macs["total"]),
+    )
+
+
+def _flops(model: nn.Module, batch: int) -> Dict[str, Any]:
+    per_image = forward_macs(model)
+    per_block = block_macs(model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim,
+                           model.blocks[0].mlp.fc1.out_features)
+    return OrderedDict(
+        convention="MACs = multiply-adds of matrix products and the patch convolution; FLOPs = 2 x MACs "
+                   "(FlopCounterMode's unit); biases, softmax, norms, GELU and adds are not counted",
+        per_image_macs=per_image, per_block_macs=per_block,
+        per_image_flops=2 * per_image["total"], batch=batch,
+        batch_macs=batch * per_image["total"], batch_flops=2 * batch * per_image["total"],
+    )
+
+
+def _memory(model_name: str, kwargs: Dict[str, Any], true_count: int, batch: int,
+            activations: bool) -> Dict[str, Any]:
+    states = training_bytes(true_count)
+    training: Dict[str, Any] = OrderedDict(
+        bytes_per_param=sum(TRAINING_BYTES_PER_PARAM.values()),
+        bytes_per_param_by_item=OrderedDict(TRAINING_BYTES_PER_PARAM),
+        states_bytes=sum(states.values()),
+    )
+    if activations:
+        measured = estimate_activation_bytes(model_name, batch, **kwargs)
+        training["activations_bytes"] = measured["bytes"]
+        training["activations_method"] = measured["method"] + (
+            "; tensors autograd saves for backward under torch.autocast(bfloat16), "
+            "parameters and their half-precision copies excluded")
+        training["total_bytes"] = training["states_bytes"] + measured["bytes"]
+    return OrderedDict(
+        weights_bytes=weight_bytes(true_count),
+        inference_fp16_bytes=2 * true_count,
+        training_mixed_precision_adamw=training,
+    )
+
+
+def build_report(
+    model_name: str, num_classes: Optional[int] = None, img_size: Optional[int] = None, batch: int = 1,
+    layers: bool = False, activations: bool = True,
+) -> Dict[str, Any]:
+    """Everything ``vitscratch summary`` shows about one registered model, as JSON-ready data."""
+    if batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {batch}")
+    kwargs = model_kwargs(num_classes, img_size)
+    model = build_on_meta(model_name, **kwargs)
+    true_count = true_param_count(model)
+    shapes = dict(model.named_parameters())
+    hidden = hidden_parameters(model)
+    tally = _tally(model)
+    macs = forward_macs(model)
+    report: Dict[str, Any] = OrderedDict(
+        model=_describe(model, model_name, batch),
+        counts=OrderedDict(
+            true=true_count, leaf_module=leaf_module_param_count(model),
+            difference=true_count - leaf_module_param_count(model),
+            hidden=OrderedDict((n, OrderedDict(shape=list(shapes[n].shape), params=c)) for n, c in hidden.items()),
+            why=WHY_COUNTS_DIFFER),
+        tally=tally,
+        analytic=_analytic(model_name, model, img_size),
+        share=_share(tally, macs, true_count),
+        flops=_flops(model, batch),
+        memory=_memory(model_name, kwargs, true_count, batch, activations),
+    )
+    if layers:
+        embed = model.patch_embed
+        rows = layer_rows(model, (embed.in_chans, *embed.img_size), batch=batch)
+        report["layers"] = [row.as_dict() for row in rows]
+    return report

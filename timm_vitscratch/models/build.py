@@ -1,0 +1,60 @@
+"""Building models without storage: for counting, for loading by assignment, and for a fast cold start."""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import timm
+import torch
+from torch import nn
+
+from .vision_transformer import VisionTransformer, _default_device
+
+
+def build_on_meta(model_name: str, **kwargs: Any) -> nn.Module:
+    """Build a registered model with no storage, to count even ViT-H in milliseconds.
+
+    A ``device`` argument is overridden: whatever the caller (or a config file) says, nothing is allocated.
+    """
+    with torch.device("meta"):
+        return timm.create_model(model_name, **{**kwargs, "device": "meta"})
+
+
+def _construct_on_meta(kwargs: Dict[str, Any]) -> Tuple[VisionTransformer, Optional[torch.device]]:
+    """Build on ``meta`` with timm's ``dtype`` applied; return the model and the ``device`` asked for.
+
+    timm's ``device`` / ``dtype`` factory arguments are taken out of ``kwargs``: the model is always
+    built without storage, and the caller decides where its tensors go.
+    """
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    with torch.device("meta"):
+        model = VisionTransformer(**kwargs)
+    if dtype is not None:
+        model.to(dtype=dtype)
+    return model, (torch.device(device) if device is not None else None)
+
+
+def empty_model(**kwargs: Any) -> VisionTransformer:
+    """A ``VisionTransformer`` whose tensors hold no storage, for ``load_state_dict`` to assign into.
+
+    ``dtype`` is applied on ``meta`` (loaded tensors are cast to it); ``device`` is where the
+    tensors the checkpoint does not hold are created and where the whole model goes once loaded
+    (default: where the loaded tensors live; see ``load_state_dict``).
+    """
+    model, device = _construct_on_meta(kwargs)
+    model.load_device = device
+    return model
+
+
+def initialised_model(**kwargs: Any) -> VisionTransformer:
+    """A ``VisionTransformer`` on ``device`` (default: the current default device), initialised once.
+
+    Built on ``meta`` and then materialised, so the layers' default init (which ``init_weights``
+    overwrites anyway) never runs. On a ``meta`` device (``device="meta"`` or under
+    ``with torch.device("meta")``) the model stays without storage.
+    """
+    model, device = _construct_on_meta(kwargs)
+    device = device if device is not None else _default_device()
+    if device.type != "meta":
+        model.materialize(device)
+    return model

@@ -1,0 +1,249 @@
+"""The zoo: architecture table, pretrained cfgs and timm ``@register_model`` entry points."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import warnings
+from typing import Any, Dict
+
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
+from timm.models import (
+    DefaultCfg, PretrainedCfg, build_model_with_cfg, register_model, resolve_pretrained_cfg, split_model_name_tag,
+)
+
+from .build import empty_model, initialised_model
+from .checkpoint_filter import checkpoint_filter_fn
+from .vision_transformer import VisionTransformer
+
+_TI = dict(embed_dim=192, depth=12, num_heads=3)
+_S = dict(embed_dim=384, depth=12, num_heads=6)
+_B = dict(embed_dim=768, depth=12, num_heads=12)
+_L = dict(embed_dim=1024, depth=24, num_heads=16)
+_H = dict(embed_dim=1280, depth=32, num_heads=16)
+
+#: Architecture of every registered variant (model kwargs before user overrides).
+ARCHITECTURES: Dict[str, Dict[str, Any]] = {
+    "scratch_vit_ti16": dict(patch_size=16, **_TI),
+    "scratch_vit_s16": dict(patch_size=16, **_S),
+    "scratch_vit_b16": dict(patch_size=16, **_B),
+    "scratch_vit_b32": dict(patch_size=32, **_B),
+    "scratch_vit_l16": dict(patch_size=16, **_L),
+    "scratch_vit_l32": dict(patch_size=32, **_L),
+    "scratch_vit_h14": dict(patch_size=14, **_H),
+    # ImageNet-21k "has_logits": a Linear+Tanh representation layer of width embed_dim
+    "scratch_vit_b16_in21k": dict(patch_size=16, representation_size=768, **_B),
+    "scratch_vit_b32_in21k": dict(patch_size=32, representation_size=768, **_B),
+    "scratch_vit_l16_in21k": dict(patch_size=16, representation_size=1024, **_L),
+    "scratch_vit_l32_in21k": dict(patch_size=32, representation_size=1024, **_L),
+    "scratch_vit_h14_in21k": dict(patch_size=14, representation_size=1280, **_H),
+    "scratch_deit_ti16_distilled": dict(patch_size=16, distilled=True, **_TI),
+    "scratch_deit_s16_distilled": dict(patch_size=16, distilled=True, **_S),
+    "scratch_deit_b16_distilled": dict(patch_size=16, distilled=True, **_B),
+}
+
+
+def unknown_model_message(name: str) -> str:
+    """Error text for a name that is not registered, with the closest registered names."""
+    close = difflib.get_close_matches(name, list(ARCHITECTURES), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ARCHITECTURES)}"
+    return f"unknown model {name!r}{hint}"
+
+
+def _vit_cfg(**kwargs: Any) -> Dict[str, Any]:
+    """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9)."""
+    return {
+        "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": None,
+        "crop_pct": 0.9, "interpolation": "bicubic", "fixed_input_size": True,
+        "mean": IMAGENET_INCEPTION_MEAN, "std": IMAGENET_INCEPTION_STD,
+        "first_conv": "patch_embed.proj", "classifier": "head", "license": "apache-2.0",
+        **kwargs,
+    }
+
+
+def _deit_cfg(**kwargs: Any) -> Dict[str, Any]:
+    """DeiT weights were trained with ImageNet mean/std and crop .875; two classifiers."""
+    return _vit_cfg(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=0.875,
+                    classifier=("head", "head_dist"), **kwargs)
+
+
+def _pretrained_cfg(name: str) -> Dict[str, Any]:
+    if name.startswith("scratch_deit_"):
+        return _deit_cfg()
+    if name.endswith("_in21k"):
+        return _vit_cfg(num_classes=21843)
+    return _vit_cfg()
+
+
+#: Weights published on the Hugging Face Hub under a pretrained tag, as timm's own weights are:
+#: ``"variant.tag" -> pretrained-cfg overrides`` with at least ``hf_hub_id`` (``"ORG/NAME"``, or
+#: ``"ORG/NAME@commit"`` to pin a revision). ``timm.create_model("variant.tag", pretrained=True)`` then
+#: downloads ``model.safetensors`` from that repo. The project has published no weights yet, so the
+#: table is empty; :func:`register_hub_weights` adds entries at run time.
+HUB_WEIGHTS: Dict[str, Dict[str, Any]] = {}
+_DEFAULT_TAGS: Dict[str, str] = {}  # variant -> the tag `pretrained=True` without a tag loads
+PRETRAINED_CFG_FIELDS = {f.name for f in dataclasses.fields(PretrainedCfg)}
+
+
+def _default_cfg(variant: str) -> DefaultCfg:
+    """Every pretrained cfg of ``variant``: the untagged one (no weights), then its Hub tags."""
+    cfg = DefaultCfg()
+    cfg.cfgs[""] = PretrainedCfg(**_pretrained_cfg(variant))
+    cfg.tags.append("")
+    for name_tag, overrides in HUB_WEIGHTS.items():
+        arch, tag = split_model_name_tag(name_tag)
+        if arch == variant:
+            cfg.cfgs[tag] = PretrainedCfg(**{**_pretrained_cfg(variant), **overrides})
+            cfg.is_pretrained = True
+            if _DEFAULT_TAGS.get(variant) == tag:
+                cfg.tags.appendleft(tag)
+            else:
+                cfg.tags.append(tag)
+    return cfg
+
+
+default_cfgs = {name: _default_cfg(name) for name in ARCHITECTURES}
+
+
+def register_hub_weights(model_tag: str, hf_hub_id: str, default: bool = False, **cfg: Any) -> None:
+    """Publish Hub weights under ``"variant.tag"`` in timm's registry (like timm's own pretrained tags).
+
+    ``hf_hub_id``: ``"ORG/NAME"`` or ``"ORG/NAME@revision"``; a trailing ``/`` (``"ORG/"``) completes it
+    to ``"ORG/variant.tag"``, as timm does for ``"timm/"``. ``cfg``: pretrained-cfg fields that differ
+    from the variant's (``num_classes``, ``input_size``, ``mean``, ``std``, ``license`` ...).
+    ``default=True`` makes ``create_model("variant", pretrained=True)`` load these weights.
+    """
+    variant, tag = split_model_name_tag(model_tag)
+    if variant not in ARCHITECTURES:
+        raise ValueError(f"{unknown_model_message(variant)} (in {model_tag!r})")
+    if not tag:
+        raise ValueError(f"{model_tag!r} has no tag: give 'variant.tag', e.g. '{variant}.my_weights_in1k'")
+    unknown = sorted(set(cfg) - PRETRAINED_CFG_FIELDS - {"hf_hub_id"})
+    if unknown:
+        raise ValueError(f"unknown pretrained-cfg fields {unknown}; "
+                         f"timm's PretrainedCfg has {sorted(PRETRAINED_CFG_FIELDS)}")
+    if "/" not in hf_hub_id:
+        raise ValueError(f"hf_hub_id must be 'ORG/NAME' (or 'ORG/' to complete with the tag), got {hf_hub_id!r}")
+    if hf_hub_id.endswith("/"):
+        hf_hub_id += model_tag
+    HUB_WEIGHTS[model_tag] = {**cfg, "hf_hub_id": hf_hub_id}
+    if default:
+        _DEFAULT_TAGS[variant] = tag
+    _reregister(variant)
+
+
+def unregister_hub_weights(model_tag: str) -> None:
+    """Remove a tag added by :func:`register_hub_weights`."""
+    variant, tag = split_model_name_tag(model_tag)
+    if HUB_WEIGHTS.pop(model_tag, None) is None:
+        raise KeyError(f"{model_tag!r} is not a registered Hub tag; registered: {sorted(HUB_WEIGHTS)}")
+    if _DEFAULT_TAGS.get(variant) == tag:
+        del _DEFAULT_TAGS[variant]
+    _reregister(variant)
+
+
+def _reregister(variant: str) -> None:
+    default_cfgs[variant] = _default_cfg(variant)
+    with warnings.catch_warnings():  # re-registering is how timm takes in a changed default_cfgs entry
+        warnings.filterwarnings("ignore", message=f"Overwriting {variant} in registry")
+        register_model(globals()[variant])
+
+
+def _loads_from_storage(variant: str, kwargs: Dict[str, Any]) -> bool:
+    """True when timm will read the pretrained weights from a file, a local dir or the Hub.
+
+    Those tensors are fresh (memory-mapped by safetensors), so the model can take them by
+    assignment. A state dict passed in memory (``pretrained_cfg_overlay=dict(state_dict=...)``)
+    belongs to the caller and is copied as usual, never aliased.
+    """
+    cfg = resolve_pretrained_cfg(
+        variant, pretrained_cfg=kwargs.get("pretrained_cfg"), pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"),
+    )  # a PretrainedCfg; read fields directly (its to_dict() deep-copies an in-memory state dict)
+    return cfg.source in ("hf-hub", "local-dir") or cfg.state_dict is None
+
+
+def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    model_args = {**ARCHITECTURES[variant], **kwargs}
+    # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
+    # a fresh model is initialised once (not first by nn.Linear's default and then again).
+    on_meta = pretrained and _loads_from_storage(variant, kwargs)
+    return build_model_with_cfg(
+        empty_model if on_meta else initialised_model, variant, pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=3, feature_cls="getter"),
+        **model_args,
+    )
+
+
+@register_model
+def scratch_vit_ti16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_ti16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_s16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_s16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_b16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_b16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_b32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_b32", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_l16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_l16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_l32(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_l32", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_h14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_h14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_b16_in21k(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_b16_in21k", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_b32_in21k(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_b32_in21k", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_l16_in21k(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_l16_in21k", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_l32_in21k(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_l32_in21k", pretrained, **kwargs)
+
+
+@register_model
+def scratch_vit_h14_in21k(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_vit_h14_in21k", pretrained, **kwargs)
+
+
+@register_model
+def scratch_deit_ti16_distilled(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_deit_ti16_distilled", pretrained, **kwargs)
+
+
+@register_model
+def scratch_deit_s16_distilled(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_deit_s16_distilled", pretrained, **kwargs)
+
+
+@register_model
+def scratch_deit_b16_distilled(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_deit_b16_distilled", pretrained, **kwargs)

@@ -2,43 +2,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Dict
 
 import timm
-import torch
-import torchvision
 from torch import nn
 
 import timm_vitscratch  # noqa: F401  (registers the scratch_* models)
+from timm_vitscratch.inspect.counts import torchvision_reference
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One architecture under the three names it has in the three libraries."""
+    """One architecture under its names in timm_vitscratch and timm (torchvision's comes from the package)."""
 
     ours: str
     timm: str
-    torchvision: Callable[[], nn.Module]
-    img_size: int = 224
-
-
-def _torchvision_generic(patch: int, layers: int, heads: int, width: int) -> Callable[[], nn.Module]:
-    """torchvision has no named builder for ViT-Ti: its generic class with the same architecture."""
-    def build() -> nn.Module:
-        return torchvision.models.vision_transformer.VisionTransformer(
-            image_size=224, patch_size=patch, num_layers=layers, num_heads=heads, hidden_dim=width,
-            mlp_dim=4 * width,
-        )
-    return build
 
 
 VARIANTS: Dict[str, Variant] = {
-    "ti16": Variant("scratch_vit_ti16", "vit_tiny_patch16_224", _torchvision_generic(16, 12, 3, 192)),
-    "s16": Variant("scratch_vit_s16", "vit_small_patch16_224", _torchvision_generic(16, 12, 6, 384)),
-    "b16": Variant("scratch_vit_b16", "vit_base_patch16_224", torchvision.models.vit_b_16),
-    "b32": Variant("scratch_vit_b32", "vit_base_patch32_224", torchvision.models.vit_b_32),
-    "l16": Variant("scratch_vit_l16", "vit_large_patch16_224", torchvision.models.vit_l_16),
-    "h14": Variant("scratch_vit_h14", "vit_huge_patch14_224", torchvision.models.vit_h_14),
+    "ti16": Variant("scratch_vit_ti16", "vit_tiny_patch16_224"),
+    "s16": Variant("scratch_vit_s16", "vit_small_patch16_224"),
+    "b16": Variant("scratch_vit_b16", "vit_base_patch16_224"),
+    "b32": Variant("scratch_vit_b32", "vit_base_patch32_224"),
+    "l16": Variant("scratch_vit_l16", "vit_large_patch16_224"),
+    "h14": Variant("scratch_vit_h14", "vit_huge_patch14_224"),
 }
 
 #: Contestant names: ``ours`` uses the model's default attention; ``ours-sdpa`` / ``ours-eager`` force one.
@@ -51,7 +38,7 @@ def build(contestant: str, variant: str, num_classes: int = 1000) -> nn.Module:
     if contestant == "timm":
         return timm.create_model(spec.timm, num_classes=num_classes)
     if contestant == "torchvision":
-        return spec.torchvision()
+        return torchvision_reference(spec.ours, num_classes, device="cpu")
     if contestant == "ours":
         return timm.create_model(spec.ours, num_classes=num_classes)
     if contestant.startswith("ours-"):
@@ -79,6 +66,3 @@ def check_variant(name: str) -> Variant:
         raise ValueError(f"unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
     return VARIANTS[name]
 
-
-def module_device(model: nn.Module) -> Optional[torch.device]:
-    return next(model.parameters()).device

@@ -26,7 +26,7 @@ from typing import Any, Dict, List
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402
+import result_records  # noqa: E402
 from contestants import CONTESTANTS, VARIANTS, build, check_variant, create_pretrained  # noqa: E402
 from timing import (  # noqa: E402
     calls_for, forward_flops, inference_task, interleave, make_optimizer, matmul_task, synchronize, timed,
@@ -125,12 +125,12 @@ def measure_inference(args, variant: str, autocast_dtype) -> List[Dict[str, Any]
             tasks["matmul"] = matmul_task(args.matmul_size, args.device)
         _log(f"{kind} {variant} batch {batch}: {args.repeats} rounds of {', '.join(tasks)}")
         samples = interleave(tasks, args.repeats, args.warmup)
-        record = report.throughput_record(kind, variant, batch, samples, args.contestants)
+        record = result_records.throughput_record(kind, variant, batch, samples, args.contestants)
         if "matmul" in samples:
             record["forward_flops_per_image"] = flops
-            record.update(report.ceiling_fraction(samples, batch, flops, args.matmul_size, args.contestants))
+            record.update(result_records.ceiling_fraction(samples, batch, flops, args.matmul_size, args.contestants))
         records.append(record)
-        _log(report.one_line(record))
+        _log(result_records.one_line(record))
     return records
 
 
@@ -148,22 +148,22 @@ def measure_training(args, variant: str) -> List[Dict[str, Any]]:
         samples = interleave(tasks, args.repeats, args.warmup)
         del tasks
         gc.collect()
-        records.append(report.throughput_record("train", variant, batch, samples, args.contestants))
-        _log(report.one_line(records[-1]))
+        records.append(result_records.throughput_record("train", variant, batch, samples, args.contestants))
+        _log(result_records.one_line(records[-1]))
     return records
 
 
 def measure_memory(args, variant: str) -> Dict[str, Any]:
-    """One fresh process per model (see memory.py for the method)."""
+    """One fresh process per model (see step_memory.py for the method)."""
     results = {}
     for name in args.contestants:
-        command = [sys.executable, str(HERE / "memory.py"), name, variant, str(args.memory_batch), str(args.device),
+        command = [sys.executable, str(HERE / "step_memory.py"), name, variant, str(args.memory_batch), str(args.device),
                    str(args.threads)]
         _log(f"memory {variant} batch {args.memory_batch}: {name} in a subprocess")
         done = subprocess.run(command, check=True, capture_output=True, text=True)
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-    record = report.memory_record(variant, args.memory_batch, results, args.contestants)
-    _log(report.one_line(record))
+    record = result_records.memory_record(variant, args.memory_batch, results, args.contestants)
+    _log(result_records.one_line(record))
     return record
 
 
@@ -182,8 +182,8 @@ def measure_create(args, variant: str) -> Dict[str, Any]:
     tasks = {name: _create_task(name, variant) for name in args.contestants}
     _log(f"create {variant}: {args.create_repeats} rounds of {', '.join(tasks)}")
     samples = interleave(tasks, args.create_repeats, warmup=1)
-    record = report.duration_record("create", variant, samples, args.contestants)
-    _log(report.one_line(record))
+    record = result_records.duration_record("create", variant, samples, args.contestants)
+    _log(result_records.one_line(record))
     return record
 
 
@@ -229,9 +229,9 @@ def measure_pretrained(args, variant: str, work_dir: Path) -> Dict[str, Any]:
         reference = create_pretrained("timm", variant, str(weights)).eval()(batch)
         diffs = {name: (create_pretrained(name, variant, str(weights)).eval()(batch) - reference).abs().max().item()
                  for name in names if name != "timm"}
-    record = report.duration_record("pretrained", variant, samples, names)
+    record = result_records.duration_record("pretrained", variant, samples, names)
     record["logits_max_abs_diff_vs_timm"] = diffs
-    _log(report.one_line(record))
+    _log(result_records.one_line(record))
     return record
 
 
@@ -278,21 +278,21 @@ def measure_compiled(args, variant: str, work_dir: Path) -> List[Dict[str, Any]]
     for kind, tasks in (("compiled_infer", infer_tasks), ("compiled_train", train_tasks)):
         _log(f"{kind} {variant} batch {batch}: {args.repeats} rounds")
         samples = interleave(tasks, args.repeats, args.warmup)
-        record = report.throughput_record(kind, variant, batch, samples, args.contestants)
+        record = result_records.throughput_record(kind, variant, batch, samples, args.contestants)
         record["compile_seconds"] = compile_s
         records.append(record)
-        _log(report.one_line(record))
+        _log(result_records.one_line(record))
     return records
 
 
 def main(argv: List[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        for path in report.render(args.render):
+        for path in result_records.render(args.render):
             _log(f"wrote {path}")
         return 0
     torch.set_num_threads(args.threads)
-    machine = report.machine_info(args)
+    machine = result_records.machine_info(args)
     _log(f"{machine['cpu']} | {args.threads} threads | device {args.device} | torch {machine['torch']}")
     records: List[Dict[str, Any]] = []
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="vitscratch-bench-"))
@@ -317,12 +317,12 @@ def main(argv: List[str] | None = None) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
-    machine["load_average_end"] = report.load_average()
+    machine["load_average_end"] = result_records.load_average()
     name = args.name or args.device.type
     settings = vars(args)
     if args.append and (args.out / f"{name}.json").exists():
-        machine, settings, records = report.appended(args.out / f"{name}.json", machine, settings, records)
-    paths = report.write(args.out, name, machine, settings, records)
+        machine, settings, records = result_records.appended(args.out / f"{name}.json", machine, settings, records)
+    paths = result_records.write(args.out, name, machine, settings, records)
     for path in paths:
         _log(f"wrote {path}")
     print(Path(paths[1]).read_text())

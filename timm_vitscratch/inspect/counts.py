@@ -117,11 +117,12 @@ def param_breakdown(model: nn.Module) -> Dict[str, int]:
     return groups
 
 
-def torchvision_reference(model_name: str, num_classes: Optional[int] = None) -> Optional[nn.Module]:
-    """torchvision's model of the same architecture on ``meta``, or None (DeiT has no equivalent).
+def torchvision_reference(model_name: str, num_classes: Optional[int] = None,
+                          device: Any = "meta") -> Optional[nn.Module]:
+    """torchvision's model of the same architecture (on ``meta`` by default), or None (DeiT has none).
 
     Uses torchvision's named builder (``vit_b_16`` ...) where one exists, else its generic
-    ``VisionTransformer`` class (ViT-Ti/S).
+    ``VisionTransformer`` class (ViT-Ti/S). The benchmarks build their torchvision contestant here.
     """
     arch = ARCHITECTURES[model_name]
     if arch.get("distilled"):
@@ -132,7 +133,7 @@ def torchvision_reference(model_name: str, num_classes: Optional[int] = None) ->
     kwargs: Dict[str, Any] = dict(num_classes=default_classes if num_classes is None else num_classes)
     if arch.get("representation_size"):
         kwargs["representation_size"] = arch["representation_size"]
-    with torch.device("meta"):
+    with torch.device(device):
         builder = TORCHVISION_EQUIVALENTS.get(model_name)
         if builder is not None:
             return getattr(torchvision.models, builder)(**kwargs)

@@ -1,6 +1,6 @@
 """Peak memory of one training step, measured in a fresh process per model.
 
-Run by ``run.py`` as ``python benchmarks/memory.py CONTESTANT VARIANT BATCH DEVICE`` (one JSON line
+Run by ``run.py`` as ``python benchmarks/step_memory.py CONTESTANT VARIANT BATCH DEVICE`` (one JSON line
 on stdout). A process of its own gives every model the same clean start.
 
 * CUDA: ``torch.cuda.max_memory_allocated`` over the second step (the first creates the

@@ -8,8 +8,6 @@ is downloaded or reinstalled.
 """
 import importlib
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -26,8 +24,7 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import WEIGHTS_NAME, model_config, write_config
 
 from tests.support import tiny
-
-PROJECT = Path(__file__).resolve().parents[2]
+from tests.support.environments import env, run_python, site_packages
 PTH_NAME = "timm_vitscratch_autoload.pth"
 SCRATCH_COUNT = len(ARCHITECTURES)
 
@@ -145,83 +142,7 @@ def test_opt_out_variable(fake_packages, monkeypatch, value, disabled):
     assert (autoload.installed_hook("tgt_pkg") is None) is disabled
 
 
-# ---------------------------------------------------------------- fresh environments
-
-
-def _copy_project(dest: Path) -> Path:
-    """The project's sources without build outputs, virtual environments or VCS data."""
-    def ignore(directory, names):
-        skipped = {name for name in names if name.startswith(".") or name in {"build", "dist", "__pycache__"}
-                   or name.endswith(".egg-info") or Path(directory, name, "pyvenv.cfg").exists()}
-        return skipped
-    shutil.copytree(PROJECT, dest, ignore=ignore)
-    return dest
-
-
-def _site_packages(venv: Path) -> Path:
-    return next((venv / "lib").glob("python*/site-packages"))
-
-
-def _new_venv(path: Path) -> Path:
-    """An empty venv (no pip, no setuptools); returns its python."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    return path / "bin" / "python"
-
-
-def _expose_this_environment(venv: Path) -> None:
-    """Path-only .pth: torch, timm, pip... of this environment become importable in ``venv``.
-
-    Path lines only extend sys.path: the .pth files in those dirs (including this environment's
-    own install of the plugin) are not run, and the venv's own site-packages comes first.
-    """
-    dirs = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
-    (_site_packages(venv) / "_deps_from_test_env.pth").write_text("\n".join(dirs) + "\n")
-
-
-def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", autoload.DISABLE_ENV)}
-    env.update(extra)
-    return env
-
-
-def run_python(python: Path, code: str, cwd: Path, **env: str) -> str:
-    """Run ``code`` in a fresh process (cwd outside the project, so the tree itself is not on sys.path)."""
-    result = subprocess.run([str(python), "-c", code], cwd=cwd, env=_env(**env), capture_output=True, text=True)
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result.stdout
-
-
-@pytest.fixture(scope="module")
-def built_wheel(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
-    source = _copy_project(work / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--wheel-dir", str(work / "dist"), str(source)], check=True, cwd=work)
-    return next((work / "dist").glob("timm_vitscratch-*.whl"))
-
-
-@pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory, built_wheel) -> Path:
-    """A venv where the wheel was installed by pip, before anything else was visible to it."""
-    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
-    python = _new_venv(venv)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                    "--no-index", str(built_wheel)], check=True)
-    _expose_this_environment(venv)
-    return python
-
-
-@pytest.fixture(scope="module")
-def editable_venv(tmp_path_factory) -> Path:
-    """A venv with ``pip install -e`` of a copy of the tree (pip refuses to touch this environment)."""
-    work = tmp_path_factory.mktemp("editable")
-    source = _copy_project(work / "src")
-    venv = work / "venv"
-    python = _new_venv(venv)
-    _expose_this_environment(venv)  # pip and setuptools run inside the new venv
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "-e", str(source)], check=True, cwd=work, env=_env())
-    return python
+# ---------------------------------------------------------------- fresh environments (tests/packaging/conftest.py)
 
 
 def test_wheel_carries_the_pth_at_its_root(built_wheel):
@@ -265,7 +186,7 @@ def _check_bare_import(report: dict) -> None:
 def test_regular_install_bare_import_timm_sees_models(wheel_venv, tmp_path):
     report = json.loads(run_python(wheel_venv, BARE_IMPORT, tmp_path))
     _check_bare_import(report)
-    assert Path(report["plugin_file"]).is_relative_to(_site_packages(wheel_venv.parents[1]))  # the wheel's copy
+    assert Path(report["plugin_file"]).is_relative_to(site_packages(wheel_venv.parents[1]))  # the wheel's copy
 
 
 def test_editable_install_bare_import_timm_sees_models(editable_venv, tmp_path):
@@ -277,7 +198,7 @@ def test_editable_install_bare_import_timm_sees_models(editable_venv, tmp_path):
 @pytest.mark.parametrize("venv", ["wheel_venv", "editable_venv"])
 def test_startup_imports_neither_torch_nor_timm(venv, request, tmp_path):
     python = request.getfixturevalue(venv)
-    result = subprocess.run([str(python), "-X", "importtime", "-c", "pass"], cwd=tmp_path, env=_env(),
+    result = subprocess.run([str(python), "-X", "importtime", "-c", "pass"], cwd=tmp_path, env=env(),
                             capture_output=True, text=True, check=True)
     # "import time: self [us] | cumulative | name": our module must be there, importing nothing itself
     rows = {cols[2].strip(): (cols[0].split(":")[1].strip(), cols[1].strip())

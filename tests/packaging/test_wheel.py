@@ -1,0 +1,40 @@
+"""The wheel holds what users import: the zoo, conversion, the Hub client, inspection and the CLI.
+
+Test machinery (the local Hub-protocol server, fault injection) and the examples stay in the
+repository; the installed ``vitscratch`` offers only user commands.
+"""
+import ast
+import subprocess
+import zipfile
+
+from tests.support.environments import env
+
+USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull"}
+TEST_MACHINERY = ("ThreadingHTTPServer", "BaseHTTPRequestHandler", "http.server", "Fault", "local_hub",
+                  "local Hub", "local test", "tests.support", "examples.")
+
+
+def _python_sources(wheel_path):
+    with zipfile.ZipFile(wheel_path) as wheel:
+        return {name: wheel.read(name).decode() for name in wheel.namelist() if name.endswith(".py")}
+
+
+def test_wheel_has_the_user_packages_and_nothing_else(built_wheel):
+    packages = {name.rsplit("/", 1)[0] for name in _python_sources(built_wheel) if "/" in name}
+    assert packages == {"timm_vitscratch", "timm_vitscratch/models", "timm_vitscratch/convert",
+                        "timm_vitscratch/hub", "timm_vitscratch/inspect"}
+
+
+def test_no_server_or_fault_injection_code_and_no_message_about_test_machinery(built_wheel):
+    for name, source in _python_sources(built_wheel).items():
+        ast.parse(source)  # every shipped module is valid Python
+        found = [marker for marker in TEST_MACHINERY if marker in source]
+        assert not found, f"{name} mentions test machinery: {found}"
+
+
+def test_installed_cli_lists_only_user_commands(wheel_venv, tmp_path):
+    script = wheel_venv.parent / "vitscratch"
+    result = subprocess.run([str(script), "--help"], cwd=tmp_path, env=env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert set(listed) == USER_COMMANDS

@@ -13,6 +13,7 @@ from timm.models import (
 
 from .build import empty_model, initialised_model
 from .checkpoint_filter import checkpoint_filter_fn
+from .pretrained import imagenet_label_names, pretrained_tags, tag_model_args
 from .vision_transformer import VisionTransformer
 
 _TI = dict(embed_dim=192, depth=12, num_heads=3)
@@ -85,11 +86,14 @@ PRETRAINED_CFG_FIELDS = {f.name for f in dataclasses.fields(PretrainedCfg)}
 
 
 def _default_cfg(variant: str) -> DefaultCfg:
-    """Every pretrained cfg of ``variant``: the untagged one (no weights), then its Hub tags."""
+    """Every pretrained cfg of ``variant``: the untagged one (no weights), the zoo's tags, then Hub tags.
+
+    The untagged cfg stays first, so ``pretrained=True`` without a tag never picks weights silently.
+    """
     cfg = DefaultCfg()
     cfg.cfgs[""] = PretrainedCfg(**_pretrained_cfg(variant))
     cfg.tags.append("")
-    for name_tag, overrides in HUB_WEIGHTS.items():
+    for name_tag, overrides in {**pretrained_tags(), **HUB_WEIGHTS}.items():
         arch, tag = split_model_name_tag(name_tag)
         if arch == variant:
             cfg.cfgs[tag] = PretrainedCfg(**{**_pretrained_cfg(variant), **overrides})
@@ -162,16 +166,26 @@ def _loads_from_storage(variant: str, kwargs: Dict[str, Any]) -> bool:
 
 
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    model_args = {**ARCHITECTURES[variant], **kwargs}
+    tag = kwargs.get("pretrained_cfg") if isinstance(kwargs.get("pretrained_cfg"), str) else ""
+    model_tag = f"{variant}.{tag}"
+    # a tag's weights may need arguments beyond the variant's (transformers' LayerNorm eps); its
+    # input size (SWAG at 384/512/518) comes from the cfg's input_size through timm's builder
+    model_args = {**ARCHITECTURES[variant], **tag_model_args(model_tag), **kwargs}
     # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
     # a fresh model is initialised once (not first by nn.Linear's default and then again).
     on_meta = pretrained and _loads_from_storage(variant, kwargs)
-    return build_model_with_cfg(
+    model = build_model_with_cfg(
         empty_model if on_meta else initialised_model, variant, pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
         **model_args,
     )
+    cfg = getattr(model, "pretrained_cfg", None)
+    if model_tag in pretrained_tags() and isinstance(cfg, dict) and cfg.get("num_classes") == model.num_classes:
+        # ImageNet synsets of the tag's classifier, as timm infers them (only while the head is the source's)
+        cfg.setdefault("label_names", None)
+        cfg["label_names"] = cfg["label_names"] or imagenet_label_names(model.num_classes)
+    return model
 
 
 @register_model

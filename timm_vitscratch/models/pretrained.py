@@ -1,0 +1,185 @@
+"""Pretrained tags: the public weights of every variant, as data, in one table.
+
+A tag is ``variant.tag`` as timm names weights. Its ``pretrained_cfg`` points timm's own
+``load_pretrained`` at the file where the weights live today (``hf_hub_id`` or ``url``, cached where
+timm caches them); ``checkpoint_filter_fn`` remaps the source's key names on load. Facts are taken
+from the source library's own registry where it has one, so they cannot drift:
+
+- ``timm`` tags copy ``timm.models.get_pretrained_cfg(timm_name)`` (repo, preprocessing, license);
+- ``torchvision`` tags read ``torchvision.models.ViT_*_Weights`` (URL, ``transforms()``, ``meta``);
+- ``transformers`` repos (Google's ``vit-*-in21k``, a ``ViTModel`` whose pooler is our representation
+  layer) are listed by hand in :data:`TRANSFORMERS_REPOS`; the repos were checked on the Hub.
+
+The scheme: ``<source>_<data>``. timm's tags keep timm's own names (``augreg_in21k_ft_in1k``,
+``orig_in21k``, ``fb_in1k``); torchvision's are ``tv_in1k``, ``tv_swag_e2e_in1k``, ``tv_swag_lin_in1k``;
+Google's transformers repos are ``google_in21k``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Dict, Optional, Tuple
+
+from timm.models import get_pretrained_cfg
+
+TIMM_TAGS: Dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weights in the repo timm/<that>)
+    "scratch_vit_ti16.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k",
+    "scratch_vit_ti16.augreg_in21k": "vit_tiny_patch16_224.augreg_in21k",
+    "scratch_vit_s16.augreg_in21k_ft_in1k": "vit_small_patch16_224.augreg_in21k_ft_in1k",
+    "scratch_vit_s16.augreg_in1k": "vit_small_patch16_224.augreg_in1k",
+    "scratch_vit_s16.augreg_in21k": "vit_small_patch16_224.augreg_in21k",
+    "scratch_vit_b16.augreg2_in21k_ft_in1k": "vit_base_patch16_224.augreg2_in21k_ft_in1k",
+    "scratch_vit_b16.augreg_in21k_ft_in1k": "vit_base_patch16_224.augreg_in21k_ft_in1k",
+    "scratch_vit_b16.augreg_in1k": "vit_base_patch16_224.augreg_in1k",
+    "scratch_vit_b16.augreg_in21k": "vit_base_patch16_224.augreg_in21k",
+    "scratch_vit_b16.orig_in21k_ft_in1k": "vit_base_patch16_224.orig_in21k_ft_in1k",
+    "scratch_vit_b16.orig_in21k": "vit_base_patch16_224.orig_in21k",
+    "scratch_vit_b32.augreg_in21k_ft_in1k": "vit_base_patch32_224.augreg_in21k_ft_in1k",
+    "scratch_vit_b32.augreg_in1k": "vit_base_patch32_224.augreg_in1k",
+    "scratch_vit_b32.augreg_in21k": "vit_base_patch32_224.augreg_in21k",
+    "scratch_vit_b32.orig_in21k": "vit_base_patch32_224.orig_in21k",
+    "scratch_vit_l16.augreg_in21k_ft_in1k": "vit_large_patch16_224.augreg_in21k_ft_in1k",
+    "scratch_vit_l16.augreg_in21k": "vit_large_patch16_224.augreg_in21k",
+    "scratch_vit_l16.orig_in21k": "vit_large_patch16_224.orig_in21k",
+    "scratch_vit_l32.orig_in21k": "vit_large_patch32_224.orig_in21k",
+    "scratch_vit_h14.orig_in21k": "vit_huge_patch14_224.orig_in21k",
+    "scratch_deit_ti16_distilled.fb_in1k": "deit_tiny_distilled_patch16_224.fb_in1k",
+    "scratch_deit_s16_distilled.fb_in1k": "deit_small_distilled_patch16_224.fb_in1k",
+    "scratch_deit_b16_distilled.fb_in1k": "deit_base_distilled_patch16_224.fb_in1k",
+}
+
+TORCHVISION_TAGS: Dict[str, Tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)
+    "scratch_vit_b16.tv_in1k": ("ViT_B_16_Weights", "IMAGENET1K_V1"),
+    "scratch_vit_b16.tv_swag_e2e_in1k": ("ViT_B_16_Weights", "IMAGENET1K_SWAG_E2E_V1"),
+    "scratch_vit_b16.tv_swag_lin_in1k": ("ViT_B_16_Weights", "IMAGENET1K_SWAG_LINEAR_V1"),
+    "scratch_vit_b32.tv_in1k": ("ViT_B_32_Weights", "IMAGENET1K_V1"),
+    "scratch_vit_l16.tv_in1k": ("ViT_L_16_Weights", "IMAGENET1K_V1"),
+    "scratch_vit_l16.tv_swag_e2e_in1k": ("ViT_L_16_Weights", "IMAGENET1K_SWAG_E2E_V1"),
+    "scratch_vit_l16.tv_swag_lin_in1k": ("ViT_L_16_Weights", "IMAGENET1K_SWAG_LINEAR_V1"),
+    "scratch_vit_l32.tv_in1k": ("ViT_L_32_Weights", "IMAGENET1K_V1"),
+    "scratch_vit_h14.tv_swag_e2e_in1k": ("ViT_H_14_Weights", "IMAGENET1K_SWAG_E2E_V1"),
+    "scratch_vit_h14.tv_swag_lin_in1k": ("ViT_H_14_Weights", "IMAGENET1K_SWAG_LINEAR_V1"),
+}
+
+#: Google's transformers-format ImageNet-21k repos (``ViTModel``: no classifier, the pooler kept), and the
+#: weight file each holds on ``main`` (timm's loader takes ``model.safetensors`` first, else
+#: ``pytorch_model.bin``). Preprocessing is their ``preprocessor_config.json``: resize straight to 224
+#: (transformers' default bilinear), mean = std = 0.5. Checked on the Hub: repo trees of ``main``.
+TRANSFORMERS_REPOS: Dict[str, Tuple[str, str]] = {  # "variant.tag" -> (repo id, weight file on main)
+    "scratch_vit_b16_in21k.google_in21k": ("google/vit-base-patch16-224-in21k", "model.safetensors"),
+    "scratch_vit_b32_in21k.google_in21k": ("google/vit-base-patch32-224-in21k", "model.safetensors"),
+    "scratch_vit_l16_in21k.google_in21k": ("google/vit-large-patch16-224-in21k", "model.safetensors"),
+    "scratch_vit_l32_in21k.google_in21k": ("google/vit-large-patch32-224-in21k", "pytorch_model.bin"),
+    "scratch_vit_h14_in21k.google_in21k": ("google/vit-huge-patch14-224-in21k", "pytorch_model.bin"),
+}
+
+#: Model arguments a tag's weights need beyond the variant's (what ``_create`` applies for the tag):
+#: transformers' ViT normalises with eps 1e-12 where timm and torchvision use 1e-6.
+TAG_MODEL_ARGS: Dict[str, Dict[str, Any]] = {tag: {"norm_eps": 1e-12} for tag in TRANSFORMERS_REPOS}
+
+_VIT_PAPER = ("arXiv:2010.11929", "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale")
+_AUGREG_PAPER = ("arXiv:2106.10270",
+                 "How to train your ViT? Data, Augmentation, and Regularization in Vision Transformers")
+_DEIT_PAPER = ("arXiv:2012.12877", "Training data-efficient image transformers & distillation through attention")
+_SWAG_PAPER = ("arXiv:2201.08371", "Revisiting Weakly Supervised Pre-Training of Visual Perception Models")
+_TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first published)
+    "augreg": (_AUGREG_PAPER, "https://github.com/google-research/vision_transformer"),
+    "orig": (_VIT_PAPER, "https://github.com/google-research/vision_transformer"),
+    "fb": (_DEIT_PAPER, "https://github.com/facebookresearch/deit"),
+}
+_PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std", "num_classes", "license")
+
+
+def _paper(paper: Tuple[str, str]) -> Dict[str, str]:
+    return {"paper_ids": paper[0], "paper_name": paper[1]}
+
+
+def timm_cfg(timm_name: str) -> Dict[str, Any]:
+    """A timm-repo tag: timm's own cfg for the weights (its Hub repo and preprocessing)."""
+    source = get_pretrained_cfg(timm_name)
+    if source is None or not source.hf_hub_id:
+        raise KeyError(f"timm has no Hub weights {timm_name!r}")
+    paper, origin = _TIMM_ORIGINS[source.tag.split("_")[0].rstrip("0123456789")]
+    return {
+        "hf_hub_id": source.hf_hub_id, **{k: getattr(source, k) for k in _PREPROCESSING},
+        "origin_url": f"https://huggingface.co/{source.hf_hub_id}", **_paper(paper),
+        "description": f"timm's {timm_name} (weights first published at {origin})",
+    }
+
+
+def torchvision_weights(enum_name: str, member: str) -> Any:
+    import torchvision.models  # timm has imported it already; kept local so the table stays data
+
+    return getattr(getattr(torchvision.models, enum_name), member)
+
+
+def torchvision_cfg(enum_name: str, member: str) -> Dict[str, Any]:
+    """A torchvision tag: URL, preprocessing from ``weights.transforms()``, top-1 from ``weights.meta``."""
+    weights = torchvision_weights(enum_name, member)
+    transform = weights.transforms()
+    crop, resize = transform.crop_size[0], transform.resize_size[0]
+    swag = "SWAG" in member
+    top1 = weights.meta["_metrics"]["ImageNet-1K"]["acc@1"]
+    return {
+        "url": weights.url, "num_classes": len(weights.meta["categories"]),
+        "input_size": (3, crop, crop), "crop_pct": round(crop / resize, 4), "crop_mode": "center",
+        "interpolation": transform.interpolation.value, "mean": tuple(transform.mean), "std": tuple(transform.std),
+        # SWAG weights are CC-BY-NC 4.0 (meta["license"] links it); torchvision's own are BSD-3-Clause
+        "license": "cc-by-nc-4.0" if swag else "bsd-3-clause",
+        "origin_url": weights.meta.get("recipe"),
+        **_paper(_SWAG_PAPER if swag else _VIT_PAPER),
+        "description": f"torchvision.models.{enum_name}.{member}",
+        "notes": (f"ImageNet-1k top-1 {top1} (torchvision)",),
+    }
+
+
+def transformers_cfg(repo_id: str) -> Dict[str, Any]:
+    """A Google transformers repo: no classifier; the pooler (Linear + Tanh) is the representation layer."""
+    return {
+        "hf_hub_id": repo_id, "num_classes": 0, "input_size": (3, 224, 224), "crop_pct": 1.0,
+        "crop_mode": "center", "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
+        "license": "apache-2.0", "origin_url": f"https://huggingface.co/{repo_id}", **_paper(_VIT_PAPER),
+        "description": f"Google's ImageNet-21k ViT, transformers format ({repo_id}); pooler kept, head zeroed "
+                       "by Google and not published",
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def pretrained_tags() -> Dict[str, Dict[str, Any]]:
+    """Every tag: ``"variant.tag" -> pretrained-cfg fields`` (in table order)."""
+    tags = {tag: timm_cfg(name) for tag, name in TIMM_TAGS.items()}
+    tags.update({tag: torchvision_cfg(*ref) for tag, ref in TORCHVISION_TAGS.items()})
+    tags.update({tag: transformers_cfg(repo) for tag, (repo, _) in TRANSFORMERS_REPOS.items()})
+    return tags
+
+
+def tag_model_args(model_tag: str) -> Dict[str, Any]:
+    """Model arguments the weights of ``model_tag`` need beyond the variant's architecture."""
+    return dict(TAG_MODEL_ARGS.get(model_tag, {}))
+
+
+@functools.lru_cache(maxsize=None)
+def imagenet_label_names(num_classes: int) -> Optional[Tuple[str, ...]]:
+    """ImageNet synset names for a classifier of ``num_classes`` (as timm infers the subset), else None."""
+    from timm.data import ImageNetInfo, infer_imagenet_subset
+
+    subset = infer_imagenet_subset({"num_classes": num_classes})
+    return tuple(ImageNetInfo(subset).label_names()) if subset else None
+
+
+def source_of(model_tag: str) -> str:
+    """``timm``, ``torchvision`` or ``transformers``: the library whose format the tag's file is in."""
+    if model_tag in TIMM_TAGS:
+        return "timm"
+    if model_tag in TORCHVISION_TAGS:
+        return "torchvision"
+    if model_tag in TRANSFORMERS_REPOS:
+        return "transformers"
+    raise KeyError(f"{model_tag!r} is not a pretrained tag of the zoo")
+
+
+def top1(cfg: Dict[str, Any]) -> Optional[float]:
+    """The source's published ImageNet-1k top-1 recorded in a tag's notes, if any."""
+    for note in cfg.get("notes") or ():
+        if note.startswith("ImageNet-1k top-1 "):
+            return float(note.split()[2])
+    return None

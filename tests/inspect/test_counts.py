@@ -1,4 +1,4 @@
-"""Parameter counts of every variant, against torchvision, torchsummary and the DESIGN table."""
+"""Parameter counts of every variant, against torchvision's models, torchsummary's output and the formulas."""
 import contextlib
 import io
 import re

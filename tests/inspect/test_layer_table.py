@@ -42,7 +42,7 @@ def test_meta_rows_equal_real_rows():
 
 
 @pytest.mark.parametrize("name, leaf_count", [("scratch_vit_b16", 85_650_437), ("scratch_vit_h14", 630_440_965)])
-def test_rows_sum_to_design_leaf_count_and_hidden_fill_the_gap(name, leaf_count):
+def test_rows_sum_to_torchsummary_total_and_hidden_fill_the_gap(name, leaf_count):
     model = build_on_meta(name, num_classes=5)
     rows = layer_rows(model, (3, 224, 224))
     assert sum(r.params for r in rows) == leaf_count

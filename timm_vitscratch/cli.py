@@ -17,9 +17,9 @@ def _model_name(value: str) -> str:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from .inspect.render import zoo_table
+    from .inspect.render import pretrained_table, zoo_table
 
-    print(zoo_table(reference=not args.no_reference))
+    print(pretrained_table() if args.pretrained else zoo_table(reference=not args.no_reference))
     return 0
 
 
@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_list = commands.add_parser("list", help="the zoo with true and torchsummary parameter counts")
     p_list.add_argument("--no-reference", action="store_true", help="skip torchvision's reference counts")
+    p_list.add_argument("--pretrained", action="store_true",
+                        help="the pretrained tags instead: weights, classes, preprocessing, license, top-1")
     p_list.set_defaults(func=_cmd_list)
 
     p_summary = commands.add_parser("summary", help="parameter counts of one model, explained")

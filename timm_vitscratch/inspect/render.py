@@ -183,3 +183,31 @@ def _memory_lines(report: Dict[str, Any]) -> List[str]:
             f"    = training total ≈ {_bytes(t['total_bytes'], True)}",
         ]
     return lines
+
+
+def _norm_name(mean: Tuple[float, ...], std: Tuple[float, ...]) -> str:
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN
+
+    if tuple(mean) == IMAGENET_DEFAULT_MEAN and tuple(std) == IMAGENET_DEFAULT_STD:
+        return "imagenet"
+    if tuple(mean) == IMAGENET_INCEPTION_MEAN and tuple(std) == IMAGENET_INCEPTION_MEAN:
+        return "0.5/0.5"
+    return f"{tuple(mean)}/{tuple(std)}"
+
+
+def pretrained_table() -> str:
+    """Every pretrained tag: where its weights live, its classes, preprocessing, license and top-1."""
+    from timm.models import get_pretrained_cfg
+
+    from ..models.pretrained import pretrained_tags, top1
+
+    header = ["tag", "weights", "classes", "input", "crop", "interp", "mean/std", "license", "top-1"]
+    rows: List[List[str]] = []
+    for name in sorted(pretrained_tags()):
+        cfg = get_pretrained_cfg(name).to_dict()  # what timm's registry holds, not the table
+        where = f"hf-hub:{cfg['hf_hub_id']}" if cfg.get("hf_hub_id") else cfg["url"].rsplit("/", 1)[-1]
+        accuracy = top1(cfg)
+        rows.append([name, where, str(cfg["num_classes"]), str(cfg["input_size"][-1]), f"{cfg['crop_pct']:g}",
+                     cfg["interpolation"], _norm_name(cfg["mean"], cfg["std"]), cfg["license"],
+                     f"{accuracy:.2f}" if accuracy is not None else "—"])
+    return _render(header, rows)

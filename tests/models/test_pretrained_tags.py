@@ -98,3 +98,15 @@ def test_list_pretrained_shows_every_tag_with_its_facts():
     assert tv[1] == weights.url.rsplit("/", 1)[-1] and tv[3] == "518"
     assert tv[-1] == f"{weights.meta['_metrics']['ImageNet-1K']['acc@1']:.2f}"
     assert rows["scratch_vit_b16_in21k.google_in21k"][1] == "hf-hub:google/vit-base-patch16-224-in21k"
+
+
+def test_model_card_shows_the_tags_published_facts():
+    from timm_vitscratch.hub.model_card import model_card
+    from timm_vitscratch.hub.model_dir import model_config
+
+    weights = torchvision.models.ViT_L_16_Weights.IMAGENET1K_SWAG_E2E_V1
+    model = timm.create_model("scratch_vit_l16.tv_swag_e2e_in1k", device="meta")
+    card = model_card(model_config(model), model, "org/scratch_vit_l16.tv_swag_e2e_in1k")
+    assert f"**Published ImageNet-1k top-1:** {weights.meta['_metrics']['ImageNet-1K']['acc@1']}" in card
+    assert "input 512x512, bicubic resize, crop_pct 1.0" in card
+    assert "arXiv:2201.08371" in card and "**License:** cc-by-nc-4.0" in card

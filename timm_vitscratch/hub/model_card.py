@@ -27,6 +27,28 @@ def architecture_line(config: Dict[str, Any], model: nn.Module) -> str:
     return f"{config['architecture']}: " + ", ".join(parts)
 
 
+def weights_facts(pretrained_cfg: Dict[str, Any]) -> Dict[str, str]:
+    """Card lines for what the weights' source publishes (preprocessing, paper, origin, top-1)."""
+    from ..models.pretrained import top1
+
+    cfg = pretrained_cfg
+    facts = {}
+    if cfg.get("input_size"):
+        facts["Preprocessing"] = (f"input {cfg['input_size'][-2]}x{cfg['input_size'][-1]}, "
+                                  f"{cfg.get('interpolation')} resize, crop_pct {cfg.get('crop_pct')} "
+                                  f"({cfg.get('crop_mode', 'center')}), mean {tuple(cfg.get('mean', ()))}, "
+                                  f"std {tuple(cfg.get('std', ()))}")
+    if cfg.get("paper_name") or cfg.get("paper_ids"):
+        facts["Paper"] = " ".join(str(p) for p in (cfg.get("paper_name"), cfg.get("paper_ids")) if p)
+    for key, title in (("origin_url", "Origin"), ("description", "Weights")):
+        if cfg.get(key):
+            facts[title] = str(cfg[key])
+    accuracy = top1(cfg)
+    if accuracy is not None:
+        facts["Published ImageNet-1k top-1"] = f"{accuracy}"
+    return facts
+
+
 def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
     """Markdown card for ``repo_id`` holding ``config`` (timm Hub config) and weights of ``model``."""
     metadata = config.get(METADATA_KEY, {})
@@ -56,6 +78,7 @@ def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
             "Parameters (leaf-module count, what torchsummary prints)": f"{leaf_module_param_count(model):,}",
             "Weights source": source_text,
             "Weights sha256": metadata.get("sha256", "not recorded"),
+            **weights_facts(config.get("pretrained_cfg", {})),
             "License": license_name,
         },
         "usage": usage,

@@ -2,8 +2,9 @@
 pull, no temporary files; two processes pulling one repo at once both end with a correct model.
 
 Where a killed pull leaves things, and who cleans up: the download's partial file is huggingface_hub's
-``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub 2.4 neither resumes nor removes
-and the next pull of that repo removes (when no process holds huggingface_hub's lock for that blob);
+``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub 2.4 lists (``scan_cache_dir``) but
+neither resumes nor removes, and the next pull of that repo removes (when no process holds
+huggingface_hub's lock for that blob: the one private detail, ``client.download_in_progress``, tested here);
 our staging directory ``.OUT.<random>.tmp`` beside ``OUT`` is removed by the next pull into ``OUT`` (it
 holds an flock while alive, so a running pull's staging is never touched); a previous model set aside
 as ``.OUT.<random>.old`` while being replaced is put back by the next pull if ``OUT`` is missing.
@@ -20,11 +21,13 @@ import timm
 import torch
 
 from timm_vitscratch import hub
+from timm_vitscratch.hub import client
 from timm_vitscratch.files import sha256_file
 from tests.support.local_hub import DelayFault, GateFault
 
 from tests.support import tiny
 from tests.support.hub_fixtures import model_dir, repo_for
+
 
 def pull_in_child(repo, out, stage):
     """Fork a child that pulls ``repo`` into ``out`` with ``--force`` and stops at ``stage`` for the kill:
@@ -99,6 +102,43 @@ def two_versions(hub_env, tmp_path, request):
     return repo, out, sha256_file(v2 / "model.safetensors")
 
 
+def wait_until_under_way(fault, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while fault.active == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fault.active == 1
+
+
+def kill(pid, pipe):
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(pipe)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_cleanup_tells_a_running_download_from_a_killed_one(two_versions, local_hub, tmp_path):
+    """``client.download_in_progress`` reads huggingface_hub's private cache layout (its lock files): this fails
+    loudly the day the installed huggingface_hub changes it, whichever way the answer goes wrong."""
+    repo, out, v2_sha256 = two_versions
+    cache_dir = tmp_path / "hf-home" / "hub"
+    slow = local_hub.inject(DelayFault(30.0, origin="storage", method="GET", path=v2_sha256, times=1))
+    pid, pipe = pull_in_child(repo, out, "downloading")
+    try:
+        assert read_line(pipe) == "downloading"
+        wait_until_under_way(slow)
+        (partial,) = [p for p in incomplete_downloads(tmp_path / "hf-home") if p.name.startswith(v2_sha256)]
+        assert partial in [f.file_path for f in client.scan_cache_dir(cache_dir).incomplete_files]
+        assert client.download_in_progress(partial), "a running download's partial file looks abandoned"
+        client.remove_abandoned_downloads(repo, cache_dir)
+        assert partial.exists()
+    finally:
+        kill(pid, pipe)
+        local_hub.faults.remove(slow)
+    assert not client.download_in_progress(partial), "a killed download's partial file looks in use"
+    client.remove_abandoned_downloads(repo, cache_dir)
+    assert not partial.exists()
+
+
 @pytest.mark.parametrize("stage", ["downloading", "staged", "set-aside"])
 def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage, two_versions, local_hub, tmp_path):
     repo, out, v2_sha256 = two_versions
@@ -109,17 +149,11 @@ def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage,
     try:
         assert read_line(pipe) == stage
         if slow is not None:  # wait until the weights' download is under way
-            deadline = time.monotonic() + 120
-            while slow.active == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert slow.active == 1
+            wait_until_under_way(slow)
     finally:
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        os.close(pipe)
+        kill(pid, pipe)
         if slow is not None:
             local_hub.faults.remove(slow)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     hf_home = tmp_path / "hf-home"
     if stage == "downloading":
         assert files(out) == before and incomplete_downloads(hf_home)  # huggingface_hub's partial file

@@ -1,12 +1,13 @@
 """Push and pull model directories through the Hugging Face Hub.
 
-Built on ``huggingface_hub`` (``HfApi.create_repo`` / ``create_branch`` / ``upload_folder``,
-``snapshot_download``) and timm's hub helpers (``save_config_for_hf`` through :mod:`.hub_format`,
-``load_model_config_from_hf``, the model-card layout). ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
-``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client.
-Remote failures surface as ``huggingface_hub``'s own exceptions (``RepositoryNotFoundError``,
-``RevisionNotFoundError``, ``LocalEntryNotFoundError``, ``HfHubHTTPError``); a model directory that is
-not what it claims raises :class:`ModelDirectoryError`.
+Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_branch`` / ``upload_folder`` /
+``model_info``, ``snapshot_download`` / ``hf_hub_download``, ``scan_cache_dir``) and timm's hub helpers
+(``save_config_for_hf`` through :mod:`.model_dir`, ``load_model_config_from_hf``, the model-card layout).
+``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` / ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every
+``huggingface_hub`` client. Remote failures surface as ``huggingface_hub``'s own exceptions
+(``RepositoryNotFoundError``, ``RevisionNotFoundError``, ``LocalEntryNotFoundError``, ``HfHubHTTPError``) or
+its HTTP library's transport errors; a model directory that is not what it claims raises
+:class:`ModelDirectoryError`.
 """
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import timm
-from huggingface_hub import HfApi, constants, snapshot_download
-from huggingface_hub.errors import (
-    HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
+from huggingface_hub import (
+    CachedRevisionInfo, HfApi, HFCacheInfo, hf_hub_download, scan_cache_dir, snapshot_download,
 )
-from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
+from huggingface_hub.errors import (
+    CacheNotFound, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it (httpx2 in 2.x)
 from safetensors import safe_open
-from timm.models import split_model_name_tag
-from timm.models._hub import load_model_config_from_hf
+from timm.models import load_model_config_from_hf, split_model_name_tag
 from torch import nn
 
 from ..models.build import build_on_meta
@@ -43,10 +46,10 @@ from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub
 
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
+DEFAULT_BRANCH = "main"
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-#: transport errors (the HTTP client's class names) of a connection that was open and then lost
-_DROPPED = {"RemoteProtocolError", "ReadError", "WriteError"}
+#: transport errors of a connection that was open and then lost (rather than never made)
+_CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 # --- the model directory ---------------------------------------------------------------------------
@@ -134,12 +137,16 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
             (staging / README_NAME).write_text(model_card(config, model, repo_id), encoding="utf-8")
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        if revision not in (None, constants.DEFAULT_REVISION):
+        if revision not in (None, DEFAULT_BRANCH):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         info = api.upload_folder(
             repo_id=repo_id, folder_path=staging, revision=revision,
             commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch")
-    _check_pushed_weights(api, repo_id, info.oid, config[METADATA_KEY]["sha256"], token)
+    pushed = config[METADATA_KEY]["sha256"]
+    reported = hub_weights_sha256(api, repo_id, info.oid)
+    if reported != pushed:
+        raise ModelDirectoryError(f"{repo_id}@{info.oid}: the Hub reports {WEIGHTS_NAME} with sha256 {reported}, "
+                                  f"but the pushed file has {pushed}")
     return info
 
 
@@ -164,13 +171,11 @@ def _stage(source: PathLike, staging: Path) -> Tuple[Dict[str, Any], nn.Module]:
     return check_model_directory(staging, label=str(source))
 
 
-def _check_pushed_weights(api: HfApi, repo_id: str, commit: str, sha256: str, token: Optional[str]) -> None:
-    """The Hub reports the sha256 of an LFS file: make sure it holds exactly the bytes we pushed."""
-    url = hf_hub_url(repo_id, WEIGHTS_NAME, revision=commit, endpoint=api.endpoint)
-    etag = get_hf_file_metadata(url, token=token if token is not None else api.token).etag
-    if etag != sha256:
-        raise ModelDirectoryError(f"{repo_id}@{commit}: the Hub reports {WEIGHTS_NAME} with sha256 {etag}, "
-                                  f"but the pushed file has {sha256}")
+def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> Optional[str]:
+    """The sha256 the Hub records for the weights at ``commit`` (an LFS file's ``lfs.sha256``); None if not LFS."""
+    info = api.model_info(repo_id, revision=commit, files_metadata=True)
+    sibling = next((f for f in info.siblings or () if f.rfilename == WEIGHTS_NAME), None)
+    return sibling.lfs.sha256 if sibling is not None and sibling.lfs is not None else None
 
 
 # --- pull ------------------------------------------------------------------------------------------
@@ -197,7 +202,7 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
         recover_interrupted_pull(out_dir)
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
-    label = f"{repo_id}@{revision or constants.DEFAULT_REVISION}"
+    label = f"{repo_id}@{revision or DEFAULT_BRANCH}"
     snapshot = _download(repo_id, revision, token, label)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
@@ -222,54 +227,102 @@ def _occupied(directory: Path) -> bool:
 
 
 def _download(repo_id: str, revision: Optional[str], token: Optional[str], label: str) -> Path:
-    """The repo's files in the Hugging Face cache, with weights whose bytes are what the Hub says it holds."""
-    for attempt in range(2):
-        snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES),
-                                          force_download=attempt > 0))
-        weights = snapshot / WEIGHTS_NAME
-        hub_sha256 = os.path.basename(os.path.realpath(weights))  # the cache names LFS blobs by their sha256
-        if not weights.is_file() or not _SHA256.match(hub_sha256):
-            # missing (check_model_directory says so), not an LFS file, or a cache without links
-            # (config.json's sha256 still decides)
-            remove_abandoned_downloads(snapshot)
-            return snapshot
-        actual = sha256_file(weights)
-        if actual == hub_sha256:
-            remove_abandoned_downloads(snapshot)
-            return snapshot
-    os.unlink(os.path.realpath(weights))  # never leave damaged bytes in the cache under the Hub's sha256
+    """The repo's files in the Hugging Face cache, with weights that are the bytes the Hub holds.
+
+    Weights whose sha256 is not the one ``config.json`` records are either damaged (on the way or on disk)
+    or really what the repo holds; the Hub's LFS sha256 tells which. Damaged weights are downloaded once
+    more; damaged again, they are removed from the cache and the pull fails. Otherwise (or offline, where
+    the Hub cannot be asked) :func:`check_model_directory` reports the mismatch.
+    """
+    snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES)))
+    cache_dir = snapshot.parents[2]  # the documented cache layout: <cache>/<repo folder>/snapshots/<commit>
+    remove_abandoned_downloads(repo_id, cache_dir)
+    weights = snapshot / WEIGHTS_NAME
+    expected = _recorded_sha256(snapshot)
+    if not weights.is_file() or expected is None or sha256_file(weights) == expected:
+        return snapshot  # check_model_directory says what is missing or unverifiable
+    commit = _cached_revision(scan_cache_dir(cache_dir), repo_id, snapshot).commit_hash
+    try:
+        hub_sha256 = hub_weights_sha256(HfApi(token=token), repo_id, commit)
+    except OfflineModeIsEnabled:
+        return snapshot
+    actual = sha256_file(weights)
+    if hub_sha256 is None or actual == hub_sha256:
+        return snapshot  # the repo holds these bytes: they do not match its config.json
+    hf_hub_download(repo_id, WEIGHTS_NAME, revision=commit, token=token, force_download=True)
+    actual = sha256_file(weights)
+    if actual == hub_sha256:
+        return snapshot
+    _forget_cached_weights(cache_dir, repo_id, snapshot)  # never leave damaged bytes in the cache under the Hub's sha256
     raise ModelDirectoryError(
         f"{label}: {WEIGHTS_NAME} arrived damaged twice: the Hub says its sha256 is {hub_sha256}, the bytes received "
         f"have {actual} (a proxy or the network altering the download?); nothing was installed")
 
 
-def remove_abandoned_downloads(snapshot: Path) -> None:
-    """Delete partial downloads of this repo that a killed process left in the Hugging Face cache.
+def _recorded_sha256(snapshot: Path) -> Optional[str]:
+    try:
+        return read_config(snapshot).get(METADATA_KEY, {}).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None  # check_model_directory reports a missing or malformed config.json
 
-    huggingface_hub downloads each file to a process-unique ``blobs/<etag>.<random>.incomplete`` under a
-    lock (``.locks/<repo folder>/<etag>.lock``, an flock) and never resumes or removes another process's
-    file. A partial file whose lock nobody holds belongs to no running download.
+
+def _cached_revision(cache: HFCacheInfo, repo_id: str, snapshot: Path) -> CachedRevisionInfo:
+    """The cache's entry for ``snapshot`` (a path ``snapshot_download`` returned)."""
+    for repo in cache.repos:
+        if repo.repo_id == repo_id and repo.repo_type == "model":
+            for revision in repo.revisions:
+                if revision.snapshot_path.resolve() == snapshot.resolve():
+                    return revision
+    raise ModelDirectoryError(f"{repo_id}: the snapshot {snapshot} is not in the Hugging Face cache")
+
+
+def _forget_cached_weights(cache_dir: Path, repo_id: str, snapshot: Path) -> None:
+    """Delete the weights of ``snapshot`` from the cache (its entry, and the blob if nothing else uses it)."""
+    cache = scan_cache_dir(cache_dir)
+    files = [f for f in _cached_revision(cache, repo_id, snapshot).files if f.file_name == WEIGHTS_NAME]
+    cache.delete_files(*files).execute()
+
+
+def remove_abandoned_downloads(repo_id: str, cache_dir: PathLike) -> None:
+    """Delete the partial downloads of ``repo_id`` that a killed process left in the Hugging Face cache.
+
+    huggingface_hub lists them (``HFCacheInfo.incomplete_files``) but never resumes or removes another
+    process's partial file; one that no running download writes is removed here.
     """
-    repo_folder = snapshot.parent.parent
-    locks = repo_folder.parent / ".locks" / repo_folder.name
-    for partial in (repo_folder / "blobs").glob("*.incomplete"):
-        lock_path = locks / f"{partial.name.split('.')[0]}.lock"
-        try:
-            fd = os.open(lock_path, os.O_RDWR)
-        except FileNotFoundError:
-            fd = None
-        except OSError:
-            continue
-        try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        cache = scan_cache_dir(cache_dir)
+    except CacheNotFound:
+        return
+    folders = [r.repo_path for r in cache.repos if r.repo_id == repo_id and r.repo_type == "model"]
+    for partial in cache.incomplete_files:
+        path = partial.file_path
+        if any(folder in path.parents for folder in folders) and not download_in_progress(path):
             with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
-        except BlockingIOError:
-            pass  # a download is under way
-        finally:
-            if fd is not None:
-                os.close(fd)
+                path.unlink()
+
+
+def download_in_progress(partial: Path) -> bool:
+    """Whether a running download writes the partial file ``partial`` (one of ``incomplete_files``).
+
+    huggingface_hub has no public way to ask, so this is the one place that knows its cache's private
+    layout: a download writes its partial file ``<repo folder>/blobs/<etag>.<random>…`` while holding an
+    flock on ``<cache>/.locks/<repo folder>/<etag>.lock``. A lock file that is not there means the layout changed:
+    the partial file is kept (never break a running download). tests/hub/test_pull_interrupted_and_concurrent.py
+    checks both answers against the installed huggingface_hub.
+    """
+    repo_folder = partial.parent.parent
+    lock_path = repo_folder.parent / ".locks" / repo_folder.name / f"{partial.name.split('.')[0]}.lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by a download (or a file system without flock: cannot tell)
+        return True
+    finally:
+        os.close(fd)  # also releases the lock if this took it
+    return False
 
 
 def _install(staging: Path, out_dir: Path, force: bool) -> None:
@@ -364,10 +417,11 @@ def register_tag_from_hub(model_tag: str, repo_id: str, revision: Optional[str] 
 # --- errors for people -----------------------------------------------------------------------------
 def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[str] = None) -> str:
     """One clear sentence for a failed push/pull: what went wrong, and what to check."""
-    where = f"{constants.ENDPOINT}"
-    if re.search(r"xet-(write|read)-token", str(error)):
+    where = HfApi().endpoint
+    at = f"{repo_id}@{revision or DEFAULT_BRANCH}"
+    if _asked_for_xet(error):
         return (f"the Hub at {where} has no Xet storage ({str(error).splitlines()[0]}): set HF_HUB_DISABLE_XET=1 "
-                "so that huggingface_hub uploads through classic LFS (the local test Hub speaks only LFS)")
+                "so that huggingface_hub uploads through classic LFS")
     if isinstance(error, RevisionNotFoundError):
         return f"revision {revision!r} not found in {repo_id} at {where} (a branch name or a full commit id)"
     if isinstance(error, RepositoryNotFoundError):
@@ -375,29 +429,31 @@ def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[st
                 "and HF_TOKEN for a private repository)")
     if isinstance(error, LocalEntryNotFoundError):
         cause = error.__cause__ or error.__context__
-        not_cached = f"{repo_id}@{revision or constants.DEFAULT_REVISION} is not in the local cache (HF_HUB_CACHE)"
+        not_cached = f"{at} is not in the local cache (HF_HUB_CACHE)"
         if isinstance(cause, HfHubHTTPError):
             return f"{describe_hub_error(cause, repo_id, revision)}; {not_cached}"
         detail = f": {type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else f": {error}"
-        return f"cannot get {repo_id}@{revision or constants.DEFAULT_REVISION} from {where}{detail}; {not_cached}"
+        return f"cannot get {at} from {where}{detail}; {not_cached}"
     if isinstance(error, HfHubHTTPError):
         status = error.response.status_code if error.response is not None else "?"
         message = error.server_message or str(error).splitlines()[0]
         return f"the Hub at {where} answered HTTP {status} for {repo_id}: {message.strip()}"
-    if _is_network_error(error):
-        if type(error).__name__ in _DROPPED:
-            return (f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
-                    "huggingface_hub's retries, where it makes any, did not get through; try again later")
+    if isinstance(error, _CONNECTION_LOST):
+        return (f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
+                "huggingface_hub's retries, where it makes any, did not get through; try again later")
+    if isinstance(error, httpx.TransportError):
         return f"cannot reach the Hub at {where}: {type(error).__name__}: {error}"
     return str(error)
 
 
+def _asked_for_xet(error: BaseException) -> bool:
+    """A refused request for a Xet token: huggingface_hub tried to move the files through Xet storage.
+
+    hf_xet raises a plain ``ConnectionError`` for it, so only the token URL in its message tells.
+    """
+    return re.search(r"/xet-(write|read)-token/", str(error)) is not None
+
+
 def is_hub_failure(error: BaseException) -> bool:
     """Errors push/pull report to a person (bad input, Hub answers, network) rather than as a crash."""
-    return isinstance(error, (ValueError, OSError)) or _is_network_error(error)
-
-
-def _is_network_error(error: BaseException) -> bool:
-    """The HTTP client's transport errors (its class names; the client library changed across versions)."""
-    names = {"TransportError", "ConnectError", "ConnectionError", "TimeoutException", "Timeout"}
-    return any(cls.__name__ in names for cls in type(error).__mro__)
+    return isinstance(error, (ValueError, OSError, httpx.TransportError))

@@ -1,18 +1,22 @@
 """Building blocks of the Vision Transformer, written in plain torch.
 
-Module and parameter names follow classic timm naming (``patch_embed.proj``,
-``attn.qkv``, ``mlp.fc1`` ...) so that timm ViT/DeiT state dicts load without renames.
+Module and parameter names are timm's (``patch_embed.proj``, ``attn.qkv``, ``attn.q_norm``,
+``ls1.gamma``, ``mlp.fc1``, ``attn_pool.latent`` ...) so that timm ViT/DeiT state dicts load
+without renames.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
+from timm.layers import resample_patch_embed
 from torch import nn
 
 ATTN_IMPLS = ("sdpa", "eager")
+#: Weight-init schemes, as timm's ``weight_init`` argument names them.
+WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
 
 
 def to_2tuple(value: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
@@ -26,18 +30,35 @@ def to_2tuple(value: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
 
 
 @torch.fx.wrap
-def check_image_shape(x: torch.Tensor, expected: Tuple[int, int, int]) -> torch.Tensor:
-    """Raise a ValueError naming both shapes unless ``x`` is (batch, *expected)."""
-    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(expected):
-        raise ValueError(
-            f"expected input of shape (batch, {expected[0]}, {expected[1]}, {expected[2]}) "
-            f"(batch, channels, height, width), got {tuple(x.shape)}"
-        )
+def check_image_shape(
+    x: torch.Tensor, in_chans: int, img_size: Tuple[int, int], patch_size: Tuple[int, int], strict: bool, pad: bool,
+) -> torch.Tensor:
+    """Raise a ValueError naming both shapes unless ``x`` is an image batch the patch embedding takes.
+
+    ``strict``: height and width must be ``img_size``; otherwise multiples of the patch size,
+    unless ``pad`` (the image is padded up to one). A wrapped function: FX tracing records one
+    call instead of tracing shape checks.
+    """
+    if x.dim() != 4 or x.shape[1] != in_chans:
+        raise ValueError(f"expected input of shape (batch, {in_chans}, height, width), got {list(x.shape)}")
+    if strict:
+        if x.shape[2] != img_size[0] or x.shape[3] != img_size[1]:
+            raise ValueError(f"expected input of shape (batch, {in_chans}, {img_size[0]}, {img_size[1]}) "
+                             f"(batch, channels, height, width), got {list(x.shape)}; build with "
+                             f"dynamic_img_size=True or call set_input_size() for other sizes")
+    elif not pad:
+        if x.shape[2] % patch_size[0] != 0 or x.shape[3] % patch_size[1] != 0:
+            raise ValueError(f"input height and width must be multiples of the patch size {list(patch_size)}, "
+                             f"got {list(x.shape)}; build with dynamic_img_pad=True to pad")
     return x
 
 
 class PatchEmbed(nn.Module):
-    """Image to patch tokens with one strided convolution: (B, C, H, W) -> (B, N, D)."""
+    """Image to a grid of patch tokens with one strided convolution: (B, C, H, W) -> (B, H/p, W/p, D).
+
+    ``strict_img_size=False`` takes any image whose sides are multiples of the patch size (or any
+    size with ``dynamic_img_pad``, which pads right and bottom up to the next multiple).
+    """
 
     def __init__(
         self,
@@ -45,39 +66,95 @@ class PatchEmbed(nn.Module):
         patch_size: Union[int, Tuple[int, int]] = 16,
         in_chans: int = 3,
         embed_dim: int = 768,
+        bias: bool = True,
+        strict_img_size: bool = True,
+        dynamic_img_pad: bool = False,
     ) -> None:
         super().__init__()
-        self.img_size = to_2tuple(img_size, "img_size")
-        self.patch_size = to_2tuple(patch_size, "patch_size")
         if in_chans < 1:
             raise ValueError(f"in_chans must be >= 1, got {in_chans}")
+        self.in_chans = in_chans
+        self.strict_img_size = strict_img_size
+        self.dynamic_img_pad = dynamic_img_pad
+        self.patch_size = to_2tuple(patch_size, "patch_size")
+        self._set_img_size(img_size)
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
+
+    def _set_img_size(self, img_size: Union[int, Tuple[int, int]]) -> None:
+        self.img_size = to_2tuple(img_size, "img_size")
         for axis, (size, patch) in enumerate(zip(self.img_size, self.patch_size)):
-            if patch < 1 or size % patch:
+            if patch < 1 or size < patch or (size % patch and not self.dynamic_img_pad):
                 side = "height" if axis == 0 else "width"
                 raise ValueError(
                     f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}: "
                     f"image {side} {size} must be a positive multiple of patch {side} {patch}"
                 )
-        self.in_chans = in_chans
-        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.grid_size = self.feat_size(self.img_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
+
+    def feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
+        """Patch grid (rows, columns) for an image of ``img_size`` (padded up with ``dynamic_img_pad``)."""
+        if self.dynamic_img_pad:
+            return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
+        return img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1]
+
+    def set_input_size(self, img_size: Optional[Union[int, Tuple[int, int]]] = None,
+                       patch_size: Optional[Union[int, Tuple[int, int]]] = None) -> None:
+        """New image and/or patch size; a new patch size resamples the projection's kernel (FlexiViT's way)."""
+        if patch_size is not None and to_2tuple(patch_size, "patch_size") != self.patch_size:
+            new_size = to_2tuple(patch_size, "patch_size")
+            old = self.proj
+            proj = nn.Conv2d(old.in_channels, old.out_channels, kernel_size=new_size, stride=new_size,
+                             bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
+            with torch.no_grad():
+                proj.weight.copy_(resample_patch_embed(old.weight, list(new_size)))
+                if old.bias is not None:
+                    proj.bias.copy_(old.bias)
+            for new, previous in zip(proj.parameters(), old.parameters()):
+                new.requires_grad_(previous.requires_grad)
+            self.proj = proj.train(old.training)
+            self.patch_size = new_size
+        self._set_img_size(self.img_size if img_size is None else img_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # a wrapped function: FX tracing keeps the check as one call instead of tracing into it
-        x = check_image_shape(x, (self.in_chans, *self.img_size))
-        return self.proj(x).flatten(2).transpose(1, 2)
+        x = check_image_shape(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size,
+                              self.dynamic_img_pad)
+        if self.dynamic_img_pad:
+            pad_h = (self.patch_size[0] - x.shape[2] % self.patch_size[0]) % self.patch_size[0]
+            pad_w = (self.patch_size[1] - x.shape[3] % self.patch_size[1]) % self.patch_size[1]
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        # channels last is a view of the convolution's output; rows and columns then flatten as a view too
+        return self.proj(x).permute(0, 2, 3, 1)
+
+
+def _norm(dim: int, enabled: bool, eps: float) -> nn.Module:
+    return nn.LayerNorm(dim, eps=eps) if enabled else nn.Identity()
+
+
+@torch.fx.wrap
+def add_attn_mask(attn: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Apply a mask with SDPA's convention (bool: True attends; float: added) to attention scores.
+
+    A wrapped function: under FX tracing the mask argument is a placeholder that may be None.
+    """
+    if attn_mask is None:
+        return attn
+    if attn_mask.dtype == torch.bool:
+        return attn.masked_fill(attn_mask.logical_not(), float("-inf"))
+    return attn + attn_mask
+
+
+def _masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, scale: float,
+                              attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Softmax attention matrix, the eager path's (and the attention maps') computation."""
+    return add_attn_mask((q * scale) @ k.transpose(-2, -1), attn_mask).softmax(dim=-1)
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection.
+    """Multi-head self-attention with one fused qkv projection (and timm's optional q/k LayerNorm).
 
-    ``attn_impl='sdpa'`` (the default, for inference and training alike) runs
-    ``F.scaled_dot_product_attention``; ``'eager'`` materialises the attention matrix (needed to
-    read attention maps). Both compute the same function. SDPA is the default: on CPU the two
-    measured alike in training and inference, SDPA saves no (N, N) matrix for backward, and on
-    CUDA its fused kernels win (README, "Performance"); override per model with
-    ``attn_impl='eager'`` or ``model.set_attn_impl('eager')``.
+    ``attn_impl='sdpa'`` runs ``F.scaled_dot_product_attention``; ``'eager'`` materialises the
+    attention matrix (needed to read attention maps). Both compute the same function.
     """
 
     def __init__(
@@ -85,10 +162,13 @@ class Attention(nn.Module):
         dim: int,
         num_heads: int = 8,
         qkv_bias: bool = True,
-        qk_scale: float | None = None,
+        qk_scale: Optional[float] = None,
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         attn_impl: str = "sdpa",
+        qk_norm: bool = False,
+        proj_bias: bool = True,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         if num_heads < 1 or dim % num_heads:
@@ -98,18 +178,19 @@ class Attention(nn.Module):
         self.scale = qk_scale if qk_scale is not None else self.head_dim ** -0.5
         self.attn_impl = check_attn_impl(attn_impl)
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.q_norm = _norm(self.head_dim, qk_norm, norm_eps)
+        self.k_norm = _norm(self.head_dim, qk_norm, norm_eps)
         self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim, bias=proj_bias)
         self.proj_drop = nn.Dropout(proj_drop)
 
     def _split_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """qkv projection -> q, k, v of shape (B, heads, N, head_dim), as views of one tensor."""
+        """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
         batch, tokens, _ = x.shape
         # split on the q/k/v axis of (B, N, 3, heads, head_dim) and only then move heads forward:
-        # backward stacks the three gradients straight into the projection's layout (one copy
-        # where splitting a (3, B, heads, N, head_dim) permutation needs a stack and a reshape copy)
+        # backward stacks the three gradients straight into the projection's layout
         q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
     def _split_heads_for_queries(
         self, x: torch.Tensor, num_queries: int
@@ -121,49 +202,67 @@ class Attention(nn.Module):
         """
         batch, tokens, dim = x.shape
         weight, bias = self.qkv.weight, self.qkv.bias
-        q = F.linear(x[:, :num_queries], weight[:dim], None if bias is None else bias[:dim])
-        kv = F.linear(x, weight[dim:], None if bias is None else bias[dim:])
+        q_bias: Optional[torch.Tensor] = None
+        kv_bias: Optional[torch.Tensor] = None
+        if bias is not None:
+            q_bias, kv_bias = bias[:dim], bias[dim:]
+        q = F.linear(x[:, :num_queries], weight[:dim], q_bias)
+        kv = F.linear(x, weight[dim:], kv_bias)
         k, v = kv.view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
         q = q.view(batch, num_queries, self.num_heads, self.head_dim)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
         q, k, _ = self._split_heads(x)
-        return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return _masked_softmax_attention(q, k, self.scale, None)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
         batch, _, queries, _ = q.shape
         if self.attn_impl == "sdpa":
             x = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
+                q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
             )
         else:
-            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
-            x = self.attn_drop(attn) @ v
+            x = self.attn_drop(_masked_softmax_attention(q, k, self.scale, attn_mask)) @ v
         # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
         # so this reshape is a view, not a copy
         x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(x))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._attend(*self._split_heads(x))
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        q, k, v = self._split_heads(x)
+        return self._attend(q, k, v, attn_mask)
 
     def forward_queries(self, x: torch.Tensor, num_queries: int) -> torch.Tensor:
         """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
-        return self._attend(*self._split_heads_for_queries(x, num_queries))
+        q, k, v = self._split_heads_for_queries(x, num_queries)
+        return self._attend(q, k, v)
+
+
+class LayerScale(nn.Module):
+    """Learned per-channel scale of a residual branch (CaiT / DeiT-III), initialised to ``init_values``."""
+
+    def __init__(self, dim: int, init_values: float = 1e-5) -> None:
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.full((dim,), init_values))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
 
 
 class Mlp(nn.Module):
     """Two-layer perceptron with GELU: fc1 -> act -> drop -> fc2 -> drop."""
 
-    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0) -> None:
+    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, bias: bool = True) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
         self.act = nn.GELU()
         self.drop1 = nn.Dropout(drop)
-        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -175,7 +274,7 @@ def drop_path(x: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor
     if drop_prob == 0.0 or not training:
         return x
     keep_prob = 1.0 - drop_prob
-    mask_shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    mask_shape = [x.shape[0]] + [1] * (x.dim() - 1)
     mask = x.new_empty(mask_shape).bernoulli_(keep_prob)
     return x * mask.div_(keep_prob)
 
@@ -196,8 +295,35 @@ class DropPath(nn.Module):
         return f"drop_prob={self.drop_prob}"
 
 
+class PatchDropout(nn.Module):
+    """In training, keep a random ``1 - prob`` share of the patch tokens per sample (at least one).
+
+    The first ``num_prefix_tokens`` tokens (class, distillation, register) are always kept, in front.
+    """
+
+    def __init__(self, prob: float = 0.5, num_prefix_tokens: int = 1) -> None:
+        super().__init__()
+        if not 0.0 <= prob < 1.0:
+            raise ValueError(f"patch_drop_rate must be in [0, 1), got {prob}")
+        self.prob = prob
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.prob == 0.0:
+            return x
+        prefix, patches = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]
+        batch, tokens = patches.shape[0], patches.shape[1]
+        num_keep = max(1, int(tokens * (1.0 - self.prob)))
+        keep = torch.randn(batch, tokens, device=x.device).argsort(dim=-1)[:, :num_keep]
+        patches = patches.gather(1, keep.unsqueeze(-1).expand(-1, -1, patches.shape[-1]))
+        return torch.cat([prefix, patches], dim=1)
+
+    def extra_repr(self) -> str:
+        return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}"
+
+
 class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x))."""
+    """Pre-norm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x)))."""
 
     def __init__(
         self,
@@ -205,39 +331,80 @@ class Block(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        qk_scale: float | None = None,
+        qk_scale: Optional[float] = None,
         proj_drop: float = 0.0,
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
         attn_impl: str = "sdpa",
         norm_eps: float = 1e-6,
+        qk_norm: bool = False,
+        proj_bias: bool = True,
+        init_values: Optional[float] = None,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = Attention(dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop, attn_impl)
+        self.attn = Attention(dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop, attn_impl,
+                              qk_norm, proj_bias, norm_eps)
+        self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), proj_drop)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), proj_drop, proj_bias)
+        self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self.attn(self.norm1(x)))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
     def forward_prefix(self, x: torch.Tensor, num_tokens: int) -> torch.Tensor:
         """The block's output for the first ``num_tokens`` tokens only, (B, num_tokens, dim).
 
         Every token still serves as key and value; only the queries, the attention projection
-        and the MLP are restricted. The model's last block runs this way when only the class
-        (and distillation) token is pooled.
+        and the MLP are restricted. The model's pooled-token forward runs its last block this way.
         """
-        x = x[:, :num_tokens] + self.drop_path1(self.attn.forward_queries(self.norm1(x), num_tokens))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
+        x = x[:, :num_tokens] + self.drop_path1(self.ls1(self.attn.forward_queries(self.norm1(x), num_tokens)))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
     def forward_with_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Eval-style forward that also returns this block's attention matrix."""
         attn = self.attn.attention_weights(self.norm1(x))
         return self.forward(x), attn
+
+
+class AttentionPool(nn.Module):
+    """Attention pooling with one learned latent query (SigLIP's "MAP" head); timm's ``attn_pool.*`` names.
+
+    The latent attends over the tokens (queries from ``q``, keys and values from ``kv``), is
+    projected, and passes a residual LayerNorm + MLP: (B, N, D) -> (B, D).
+    """
+
+    def __init__(self, dim: int, num_heads: int = 8, mlp_ratio: float = 4.0, qkv_bias: bool = True,
+                 norm_eps: float = 1e-6, attn_impl: str = "sdpa") -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.attn_impl = check_attn_impl(attn_impl)
+        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        q = self.q(self.latent.expand(batch, -1, -1)).view(batch, 1, self.num_heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if self.attn_impl == "sdpa":
+            x = F.scaled_dot_product_attention(q, k, v)
+        else:
+            x = _masked_softmax_attention(q, k, self.head_dim ** -0.5, None) @ v
+        x = self.proj(x.transpose(1, 2).reshape(batch, 1, dim))
+        x = x + self.mlp(self.norm(x))
+        return x[:, 0]
 
 
 def check_attn_impl(attn_impl: str) -> str:
@@ -281,31 +448,64 @@ def normal_init_(tensor: torch.Tensor, std: float, bound: float = 2.0) -> torch.
         return nn.init.trunc_normal_(tensor, std=std, a=-bound, b=bound)
 
 
-def init_layer_tensor(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
-    """timm-style init of one ``weight``/``bias`` of a Linear, Conv2d or LayerNorm.
+def _fans(tensor: torch.Tensor) -> Tuple[int, int]:
+    receptive = math.prod(tensor.shape[2:]) if tensor.dim() > 2 else 1
+    return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
-    Linear: N(0, .02) weights; patch Conv2d: lecun normal over the flattened patch (as a linear
-    layer over patch pixels); LayerNorm: ones; every bias: zeros. A ``meta`` tensor holds no data
-    and is skipped (``VisionTransformer.materialize`` initialises it once it has storage).
+
+def init_layer_tensor(module: nn.Module, name: str, tensor: torch.Tensor, mode: str = "",
+                      qualified_name: str = "", head_bias: float = 0.0) -> None:
+    """Initialise one tensor of a layer by the ``weight_init`` scheme ``mode`` (timm's names).
+
+    ``''`` (timm): Linear N(0, .02); ``'jax'`` / ``'jax_nlhb'``: Linear Xavier-uniform, MLP biases
+    N(0, 1e-6), the head zero with bias ``head_bias``; ``'moco'``: Xavier-uniform, qkv per q/k/v;
+    ``'reset'`` / ``'skip'``: torch's own layer defaults. In every scheme the patch Conv2d is
+    lecun normal (torch's default under reset/skip), LayerNorm ones and zeros, LayerScale
+    ``init_values``, the pooling latent N(0, 1/dim) truncated, other biases zero. A ``meta``
+    tensor holds no data and is skipped (``VisionTransformer.materialize`` initialises it later).
     """
     if tensor.is_meta:
         return
+    fan_in, fan_out = _fans(tensor) if tensor.dim() > 1 else (0, 0)
     with torch.no_grad():
-        if name == "bias":
-            tensor.zero_()
+        if isinstance(module, LayerScale):
+            tensor.fill_(module.init_values)
+        elif isinstance(module, AttentionPool):  # the latent
+            normal_init_(tensor, std=tensor.shape[-1] ** -0.5)
         elif isinstance(module, nn.LayerNorm):
-            tensor.fill_(1.0)
-        elif isinstance(module, nn.Linear):
-            normal_init_(tensor, std=0.02)
-        elif isinstance(module, nn.Conv2d):
-            fan_in = module.in_channels * math.prod(module.kernel_size)
-            normal_init_(tensor, std=math.sqrt(1.0 / fan_in))
-        else:
+            tensor.fill_(1.0 if name == "weight" else 0.0)
+        elif not isinstance(module, (nn.Linear, nn.Conv2d)):
             raise ValueError(f"no init rule for {type(module).__name__}.{name}")
+        elif mode in ("reset", "skip"):
+            fan_in = module.weight.shape[1] * (math.prod(module.weight.shape[2:]) if module.weight.dim() > 2 else 1)
+            bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0  # torch's kaiming_uniform(a=sqrt(5)) equals this
+            tensor.uniform_(-bound, bound)
+        elif isinstance(module, nn.Conv2d):
+            tensor.zero_() if name == "bias" else normal_init_(tensor, std=math.sqrt(1.0 / fan_in))
+        elif mode.startswith("jax") and qualified_name.startswith("head"):
+            tensor.fill_(head_bias) if name == "bias" else tensor.zero_()
+        elif name == "bias":
+            tensor.normal_(0.0, 1e-6) if mode.startswith("jax") and ".mlp." in f".{qualified_name}" else tensor.zero_()
+        elif mode.startswith("jax"):
+            nn.init.xavier_uniform_(tensor)
+        elif mode == "moco":
+            if qualified_name.endswith("qkv"):  # q, k and v each as their own layer
+                bound = math.sqrt(6.0 / (tensor.shape[0] // 3 + tensor.shape[1]))
+                tensor.uniform_(-bound, bound)
+            else:
+                nn.init.xavier_uniform_(tensor)
+        else:
+            normal_init_(tensor, std=0.02)
+
+
+def init_module_tensors(module: nn.Module, mode: str = "", qualified_name: str = "", head_bias: float = 0.0) -> None:
+    """``init_layer_tensor`` for every tensor a layer holds itself (not its children's)."""
+    for name, tensor in module.named_parameters(recurse=False):
+        init_layer_tensor(module, name, tensor, mode, qualified_name, head_bias)
 
 
 def trunc_normal_init(module: nn.Module) -> None:
-    """timm-style init of a Linear, Conv2d or LayerNorm (other modules are left alone)."""
-    if isinstance(module, (nn.Linear, nn.Conv2d, nn.LayerNorm)):
-        for name, tensor in module.named_parameters(recurse=False):
-            init_layer_tensor(module, name, tensor)
+    """timm's default init of every Linear, Conv2d, LayerNorm and LayerScale in ``module``."""
+    for sub in module.modules():
+        if isinstance(sub, (nn.Linear, nn.Conv2d, nn.LayerNorm, LayerScale, AttentionPool)):
+            init_module_tensors(sub)

@@ -1,22 +1,26 @@
-"""The Vision Transformer (ViT, DeiT distilled, ImageNet-21k "has_logits") with timm's model hooks."""
-from __future__ import annotations
+"""The Vision Transformer: timm's ``VisionTransformer`` options and model hooks, plus DeiT distillation
+and ImageNet-21k "has_logits"."""
 
 import itertools
+import math
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import torch
+from timm.layers import resample_abs_pos_embed, use_fused_attn
 from torch import nn
+from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
 from .layers import (
-    Block, PatchEmbed, check_attn_impl, init_layer_tensor, normal_init_, sincos_2d_pos_embed, trunc_normal_init,
+    WEIGHT_INITS, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
+    normal_init_, sincos_2d_pos_embed,
 )
 
-GLOBAL_POOLS = ("token", "avg", "")
-POS_EMBEDS = ("learn", "sincos")
-#: Tensors the model holds itself rather than through a submodule (initialised by the model).
-OWN_TENSORS = ("pos_embed", "cls_token", "dist_token")
+GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
+POS_EMBEDS = ("learn", "sincos", "none", "")
+#: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
+OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
 #: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``); loaded tensors are kept at it.
 CPU_ALIGNMENT = 64
 
@@ -43,26 +47,45 @@ def _take_indices(num_blocks: int, indices: Optional[Union[int, List[int]]]) -> 
     return taken, max(taken)
 
 
-def _check_global_pool(global_pool: str, distilled: bool) -> str:
-    if global_pool not in GLOBAL_POOLS:
-        raise ValueError(f"global_pool must be one of {GLOBAL_POOLS}, got {global_pool!r}")
-    if distilled and global_pool != "token":
-        raise ValueError(f"a distilled model pools its class and distillation tokens: global_pool must be "
-                         f"'token', got {global_pool!r}")
-    return global_pool
+def _is_fx_proxy(x: torch.Tensor) -> bool:
+    """True while ``torch.fx.symbolic_trace`` (and timm's / torchvision's feature extractors) trace the model."""
+    if torch.jit.is_scripting():
+        return False
+    return isinstance(x, torch.fx.Proxy)
+
+
+@torch.fx.wrap
+def _resampled_pos_embed(pos_embed: torch.Tensor, height: int, width: int, old_size: Tuple[int, int],
+                         num_prefix_tokens: int) -> torch.Tensor:
+    """The learned table bicubically resampled to a (height, width) patch grid (timm's resampling)."""
+    return resample_abs_pos_embed(pos_embed, new_size=[height, width], old_size=[old_size[0], old_size[1]],
+                                  num_prefix_tokens=num_prefix_tokens)
+
+
+@torch.fx.wrap
+def _sincos_pos_embed(x: torch.Tensor, height: int, width: int, dim: int, num_prefix_tokens: int) -> torch.Tensor:
+    """The fixed sincos table for a (height, width) patch grid, on ``x``'s device and dtype."""
+    return sincos_2d_pos_embed((height, width), dim, num_prefix_tokens, device=x.device).to(x.dtype)
 
 
 class VisionTransformer(nn.Module):
-    """ViT of Dosovitskiy et al. 2020 with DeiT's optional distillation token (Touvron et al. 2020).
+    """ViT of Dosovitskiy et al. 2020 with timm's options and DeiT's optional distillation token.
 
-    ``representation_size`` adds the ImageNet-21k "pre-logits" layer (Linear + Tanh) before the head.
-    ``distilled`` adds a distillation token and ``head_dist``: the training forward returns
-    ``(head, head_dist)`` and eval returns their mean. ``distilled_training=False`` (or
-    ``set_distilled_training(False)``) makes training return the mean too, as timm's DeiT does by
-    default; timm's ``TokenDistillationTask`` switches the pair on itself. ``attn_impl`` picks SDPA
-    or the eager attention matrix; ``pos_embed='sincos'`` swaps the learned table for a fixed buffer.
-    ``device`` / ``dtype`` are timm's factory arguments: where the parameters end up.
+    The constructor takes timm's ``VisionTransformer`` arguments with timm's names, defaults and
+    meaning (docs/models.md lists them), plus: ``representation_size`` (the ImageNet-21k
+    "pre-logits" Linear + Tanh before the head), ``distilled`` (a distillation token and
+    ``head_dist``; in training with ``distilled_training`` the forward returns
+    ``(head, head_dist)``, otherwise their mean), ``pos_embed='sincos'`` (a fixed table),
+    ``attn_impl`` (``'sdpa'`` or ``'eager'``; default: timm's ``use_fused_attn()``),
+    ``norm_eps``, ``pooled_forward`` and timm's ``device`` / ``dtype`` factory arguments.
+
+    ``pooled_forward`` (default True): when the head reads only the class (and distillation)
+    token, ``forward`` runs the last block for those tokens alone. Under FX symbolic tracing the
+    full path is taken; set it False to see every token's output of the last block or the final
+    norm with forward hooks.
     """
+
+    dynamic_img_size: Final[bool]
 
     def __init__(
         self,
@@ -76,74 +99,98 @@ class VisionTransformer(nn.Module):
         num_heads: int = 12,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
+        qk_norm: bool = False,
+        proj_bias: bool = True,
+        init_values: Optional[float] = None,
+        class_token: bool = True,
+        pos_embed: str = "learn",
+        no_embed_class: bool = False,
+        reg_tokens: int = 0,
+        pre_norm: bool = False,
+        final_norm: bool = True,
+        fc_norm: Optional[bool] = None,
+        pool_include_prefix: bool = False,
+        dynamic_img_size: bool = False,
+        dynamic_img_pad: bool = False,
+        drop_rate: float = 0.0,
+        pos_drop_rate: float = 0.0,
+        patch_drop_rate: float = 0.0,
+        proj_drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        weight_init: str = "",
         qk_scale: Optional[float] = None,
         representation_size: Optional[int] = None,
         distilled: bool = False,
-        distilled_training: bool = True,
-        drop_rate: float = 0.0,
-        attn_drop_rate: float = 0.0,
-        drop_path_rate: float = 0.0,
-        pos_embed: str = "learn",
-        attn_impl: str = "sdpa",
+        distilled_training: bool = False,
+        attn_impl: Optional[str] = None,
         norm_eps: float = 1e-6,
+        pooled_forward: bool = True,
         device: Optional[Union[str, torch.device]] = None,
         dtype: Optional[torch.dtype] = None,
     ) -> None:
         super().__init__()
-        if num_classes < 0:
-            raise ValueError(f"num_classes must be >= 0 (0 = no classifier), got {num_classes}")
-        if depth < 1:
-            raise ValueError(f"depth must be >= 1, got {depth}")
-        if num_heads < 1 or embed_dim % num_heads:
-            raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
-        if pos_embed not in POS_EMBEDS:
-            raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
-        if distilled and representation_size:
-            raise ValueError("representation_size (has_logits) cannot be combined with distilled=True")
+        self._check_args(num_classes, depth, embed_dim, num_heads, pos_embed, global_pool, class_token,
+                         distilled, representation_size, weight_init, reg_tokens)
+        use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         self.num_classes = num_classes
-        self.global_pool = _check_global_pool(global_pool, distilled)
+        self.global_pool = global_pool
         self.embed_dim = self.num_features = embed_dim
         self.head_hidden_size = representation_size or embed_dim
         self.distilled = distilled
-        # the DESIGN's DeiT contract: training returns both heads' logits for a distillation loss;
-        # plain classification training (train.py without a teacher) passes distilled_training=False
         self.distilled_training = distilled and distilled_training
         self.in_chans = in_chans
-        self.num_prefix_tokens = 2 if distilled else 1
+        self.has_class_token = class_token
+        self.num_reg_tokens = reg_tokens
+        self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
+        self.no_embed_class = no_embed_class
+        self.pool_include_prefix = pool_include_prefix
+        self.dynamic_img_size = dynamic_img_size
+        self.pooled_forward = pooled_forward
+        self.weight_init_mode = weight_init
         self.grad_checkpointing = False
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
         self.load_device: Optional[torch.device] = None
-        self.attn_impl = check_attn_impl(attn_impl)
+        self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        # CLIP-style pre-norm models have no patch bias (timm's convention)
+        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim, bias=not pre_norm,
+                                      strict_img_size=not dynamic_img_size, dynamic_img_pad=dynamic_img_pad)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
-        num_tokens = self.patch_embed.num_patches + self.num_prefix_tokens
+        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
+        self.sincos_pos_embed = pos_embed == "sincos"
         if pos_embed == "learn":
-            self.pos_embed = nn.Parameter(torch.zeros(1, num_tokens, embed_dim))
+            self.pos_embed = nn.Parameter(torch.zeros(1, self._pos_embed_len(), embed_dim))
+        elif pos_embed == "sincos":
+            self.register_buffer("pos_embed", self._sincos_table(), persistent=False)
         else:
-            table = sincos_2d_pos_embed(self.patch_embed.grid_size, embed_dim, self.num_prefix_tokens)
-            self.register_buffer("pos_embed", table, persistent=False)
-        self.pos_drop = nn.Dropout(drop_rate)
+            self.pos_embed = None
+        self.pos_drop = nn.Dropout(pos_drop_rate)
+        self.patch_drop = PatchDropout(patch_drop_rate, self.num_prefix_tokens) if patch_drop_rate > 0 else nn.Identity()
+        self.norm_pre = nn.LayerNorm(embed_dim, eps=norm_eps) if pre_norm else nn.Identity()
 
         # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
         rates = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
         self.blocks = nn.Sequential(*[
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias, qk_scale, drop_rate, attn_drop_rate, rate,
-                  attn_impl, norm_eps)
+            Block(embed_dim, num_heads, mlp_ratio, qkv_bias, qk_scale, proj_drop_rate, attn_drop_rate, rate,
+                  self.attn_impl, norm_eps, qk_norm, proj_bias, init_values)
             for rate in rates
         ])
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
-        reduction = max(self.patch_embed.patch_size)
+        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and not use_fc_norm else nn.Identity()
         # timm's feature-extraction wrappers read this: every block is a feature level
-        self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction)
+        self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=max(self.patch_embed.patch_size))
                              for i in range(depth)]
 
+        self.attn_pool = (AttentionPool(embed_dim, num_heads, mlp_ratio, norm_eps=norm_eps, attn_impl=self.attn_impl)
+                          if global_pool == "map" else None)
+        self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and use_fc_norm else nn.Identity()
         if representation_size:
             self.pre_logits = nn.Sequential(OrderedDict(
                 fc=nn.Linear(embed_dim, representation_size), act=nn.Tanh()))
         else:
             self.pre_logits = nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
         self.head = self._make_head(num_classes)
         self.head_dist = self._make_head(num_classes) if distilled else None
         self.init_weights()
@@ -153,28 +200,59 @@ class VisionTransformer(nn.Module):
             # allocating, construct inside ``with torch.device("meta"):`` instead
             self.to(device=device, dtype=dtype)
 
+    @staticmethod
+    def _check_args(num_classes, depth, embed_dim, num_heads, pos_embed, global_pool, class_token, distilled,
+                    representation_size, weight_init, reg_tokens) -> None:
+        if num_classes < 0:
+            raise ValueError(f"num_classes must be >= 0 (0 = no classifier), got {num_classes}")
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        if num_heads < 1 or embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+        if pos_embed not in POS_EMBEDS:
+            raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
+        if weight_init not in WEIGHT_INITS:
+            raise ValueError(f"weight_init must be one of {WEIGHT_INITS}, got {weight_init!r}")
+        if reg_tokens < 0:
+            raise ValueError(f"reg_tokens must be >= 0, got {reg_tokens}")
+        if distilled and representation_size:
+            raise ValueError("representation_size (has_logits) cannot be combined with distilled=True")
+        if distilled and not class_token:
+            raise ValueError("distilled=True needs the class token (class_token=True)")
+        _check_global_pool(global_pool, distilled, class_token)
+
+    def _pos_embed_len(self) -> int:
+        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        return self.patch_embed.num_patches + prefix
+
+    def _sincos_table(self, device: Optional[torch.device] = None) -> torch.Tensor:
+        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, prefix, device=device)
+
     def _make_head(self, num_classes: int) -> nn.Module:
         return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
 
-    def init_weights(self) -> None:
-        """Truncated-normal init of tokens and linear layers, as timm's ViT does."""
-        for name in OWN_TENSORS:
-            if getattr(self, name) is not None:
-                self._init_own_tensor(name)
-        self.apply(trunc_normal_init)
+    # --- initialisation ----------------------------------------------------------------------
+    def init_weights(self, mode: Optional[str] = None) -> None:
+        """Initialise every tensor by the ``weight_init`` scheme (timm's names; default: this model's)."""
+        if mode is not None:
+            self.weight_init_mode = mode
+        for module_name, module in self.named_modules():
+            for name, tensor in itertools.chain(module.named_parameters(recurse=False),
+                                                module.named_buffers(recurse=False)):
+                self._init_tensor(module_name, module, name, tensor)
 
-    def _init_own_tensor(self, name: str) -> None:
-        """Init (or, for the fixed sincos table, recompute) one tensor the model holds itself."""
-        tensor = getattr(self, name)
+    def _init_tensor(self, module_name: str, module: nn.Module, name: str, tensor: torch.Tensor) -> None:
         if tensor.is_meta:  # no data to fill: materialize() calls this again once it has storage
+            return
+        if module is not self:
+            head_bias = -math.log(self.num_classes) if "nlhb" in self.weight_init_mode and self.num_classes else 0.0
+            init_layer_tensor(module, name, tensor, self.weight_init_mode, module_name, head_bias)
             return
         with torch.no_grad():
             if name == "pos_embed" and not isinstance(tensor, nn.Parameter):
-                # computed on the CPU in float64 (tiny), then copied to wherever the buffer lives
-                table = sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, self.num_prefix_tokens,
-                                            device=torch.device("cpu"))
-                tensor.copy_(table)
-            elif name == "cls_token":
+                tensor.copy_(self._sincos_table(torch.device("cpu")))  # tiny, computed in float64 on the CPU
+            elif name in ("cls_token", "reg_token"):
                 tensor.normal_(0.0, 1e-6)
             else:  # learned pos_embed, dist_token
                 normal_init_(tensor, std=0.02)
@@ -202,10 +280,7 @@ class VisionTransformer(nn.Module):
                 if isinstance(tensor, nn.Parameter):
                     fresh = nn.Parameter(fresh, requires_grad=tensor.requires_grad)
                 setattr(module, name, fresh)
-                if module is self:
-                    self._init_own_tensor(name)
-                else:
-                    init_layer_tensor(module, name, fresh)
+                self._init_tensor(module_name, module, name, fresh)
                 done.append(f"{module_name}.{name}" if module_name else name)
         return done
 
@@ -242,13 +317,13 @@ class VisionTransformer(nn.Module):
     # --- timm hooks ---------------------------------------------------------------------------
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return {"pos_embed", "cls_token", "dist_token"}
+        return set(OWN_TENSORS)
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         """Parameter groups for timm's layer-wise LR decay: stem, one group per block, then the rest."""
         return dict(
-            stem=r"^cls_token|^pos_embed|^patch_embed|^dist_token",
+            stem=r"^cls_token|^reg_token|^dist_token|^pos_embed|^patch_embed|^norm_pre",
             blocks=r"^blocks\.(\d+)" if coarse else [(r"^blocks\.(\d+)", None), (r"^norm", (99999,))],
         )
 
@@ -264,121 +339,187 @@ class VisionTransformer(nn.Module):
                              "head_dist (distilled=True, e.g. scratch_deit_ti16_distilled)")
         self.distilled_training = enable
 
+    @torch.jit.ignore
     def set_attn_impl(self, attn_impl: str) -> None:
-        """Switch every block between ``'sdpa'`` and ``'eager'`` attention."""
+        """Switch every attention layer between ``'sdpa'`` and ``'eager'``."""
         self.attn_impl = check_attn_impl(attn_impl)
-        for block in self.blocks:
-            block.attn.attn_impl = attn_impl
+        for module in self.modules():
+            if module is not self and hasattr(module, "attn_impl"):
+                module.attn_impl = attn_impl
 
     @torch.jit.ignore
     def get_classifier(self) -> Union[nn.Module, Tuple[nn.Module, nn.Module]]:
-        return (self.head, self.head_dist) if self.distilled else self.head
+        return (self.head, self.head_dist) if self.head_dist is not None else self.head
 
+    @torch.jit.ignore
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
-        """Replace the classifier(s) with fresh ones for ``num_classes`` (0 = features only)."""
+        """Replace the classifier(s) with fresh, trainable ones for ``num_classes`` (0 = features only).
+
+        The new head sits on the model's device and dtype and in its train/eval mode. A new
+        ``global_pool`` other than ``'map'`` drops the attention-pooling head; ``'map'`` needs one.
+        """
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0, got {num_classes}")
         if global_pool is not None:
-            self.global_pool = _check_global_pool(global_pool, self.distilled)
+            _check_global_pool(global_pool, self.distilled, self.has_class_token)
+            if global_pool == "map" and self.attn_pool is None:
+                raise ValueError("global_pool='map' needs the attention-pooling head: build the model with it")
+            if global_pool != "map":
+                self.attn_pool = None
+            self.global_pool = global_pool
         self.num_classes = num_classes
-        place = dict(device=self.cls_token.device, dtype=self.cls_token.dtype)
-        self.head = self._make_head(num_classes).to(**place)
-        trunc_normal_init(self.head)
-        if self.distilled:
-            self.head_dist = self._make_head(num_classes).to(**place)
-            trunc_normal_init(self.head_dist)
+        reference = self.patch_embed.proj.weight
+        heads = ["head", "head_dist"] if self.distilled else ["head"]
+        for name in heads:
+            head = self._make_head(num_classes)
+            head.to(device=reference.device, dtype=reference.dtype).train(self.training)
+            for param_name, param in head.named_parameters():
+                init_layer_tensor(head, param_name, param, self.weight_init_mode, name)
+            setattr(self, name, head)
+
+    @torch.jit.ignore
+    def set_input_size(self, img_size: Optional[Union[int, Tuple[int, int]]] = None,
+                       patch_size: Optional[Union[int, Tuple[int, int]]] = None) -> None:
+        """New input resolution and/or patch size, as timm does it.
+
+        The learned position table is resampled (bicubic) to the new patch grid, the sincos table
+        recomputed, and a new patch size resamples the patch projection. Device, dtype,
+        ``requires_grad`` and train/eval are kept.
+        """
+        old_grid = self.patch_embed.grid_size
+        self.patch_embed.set_input_size(img_size, patch_size)
+        new_grid = self.patch_embed.grid_size
+        if isinstance(self.pos_embed, nn.Parameter) and new_grid != old_grid:
+            prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+            table = resample_abs_pos_embed(self.pos_embed.detach(), new_size=list(new_grid), old_size=list(old_grid),
+                                           num_prefix_tokens=prefix)
+            self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
+        elif self.pos_embed is not None and self.sincos_pos_embed:
+            self.pos_embed = self._sincos_table(self.pos_embed.device).to(self.pos_embed.dtype)
+        if patch_size is not None:
+            for info in self.feature_info:
+                info["reduction"] = max(self.patch_embed.patch_size)
+        try:  # timm's record of the size the model now takes (read by timm.models.get_model_input_config)
+            from timm.models._input import update_model_input_size
+        except ImportError:
+            return
+        update_model_input_size(self, self.patch_embed.img_size,
+                                patch_size=None if patch_size is None else self.patch_embed.patch_size)
 
     # --- forward ------------------------------------------------------------------------------
-    def _embed(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.patch_embed(x)
-        prefix = [self.cls_token.expand(x.shape[0], -1, -1)]
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, H, W, D) patch grid -> (B, prefix + H*W, D) tokens with positions, as timm orders them."""
+        batch, height, width, dim = x.shape
+        x = x.reshape(batch, height * width, dim)
+        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        pos_embed = self.pos_embed
+        if pos_embed is not None and self.dynamic_img_size:
+            if self.sincos_pos_embed:
+                pos_embed = _sincos_pos_embed(x, height, width, dim, prefix)
+            else:
+                pos_embed = _resampled_pos_embed(pos_embed, height, width, self.patch_embed.grid_size, prefix)
+        tokens: List[torch.Tensor] = []
+        if self.cls_token is not None:
+            tokens.append(self.cls_token.expand(batch, -1, -1))
         if self.dist_token is not None:
-            prefix.append(self.dist_token.expand(x.shape[0], -1, -1))
-        x = torch.cat(prefix + [x], dim=1) + self.pos_embed
+            tokens.append(self.dist_token.expand(batch, -1, -1))
+        if self.reg_token is not None:
+            tokens.append(self.reg_token.expand(batch, -1, -1))
+        if self.no_embed_class:  # DeiT-III / DINOv2: positions for the patches only
+            if pos_embed is not None:
+                x = x + pos_embed
+            if len(tokens) > 0:
+                x = torch.cat(tokens + [x], dim=1)
+        else:
+            if len(tokens) > 0:
+                x = torch.cat(tokens + [x], dim=1)
+            if pos_embed is not None:
+                x = x + pos_embed
         return self.pos_drop(x)
 
-    def _run_block(self, block: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
-        """``block(*args)``, through activation checkpointing when it is on and gradients are needed."""
-        if self.grad_checkpointing and torch.is_grad_enabled():
-            return checkpoint(block, *args, use_reentrant=False)
-        return block(*args)
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
 
-    def _run_blocks(self, x: torch.Tensor, blocks: nn.Sequential,
-                    keep: Optional[List[int]] = None) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """Run ``blocks``; return the last output and the outputs of the blocks at ``keep``, in order.
+    def _blocks(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, prefix_only: int = 0) -> torch.Tensor:
+        """Run every block; with ``prefix_only`` > 0 the last one computes only the first that many tokens."""
+        last = len(self.blocks) - 1
+        for index, block in enumerate(self.blocks):
+            if prefix_only > 0 and index == last:
+                if self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
+                    x = checkpoint(block.forward_prefix, x, prefix_only, use_reentrant=False)
+                else:
+                    x = block.forward_prefix(x, prefix_only)
+            elif self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
+                x = checkpoint(block, x, attn_mask, use_reentrant=False)
+            else:
+                x = block(x, attn_mask)
+        return x
 
-        Only the kept outputs stay referenced, so (without autograd) the others are freed as soon
-        as the next block has consumed them.
-        """
-        wanted = set(keep or ())
-        kept = {}
-        for index, block in enumerate(blocks):
-            x = self._run_block(block, x)
-            if index in wanted:
-                kept[index] = x
-        return x, [kept[i] for i in (keep or ())]
+    def forward_features(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(B, C, H, W) image -> (B, prefix + N, D) tokens after the final norm."""
+        return self.norm(self._blocks(self._embed(x), attn_mask))
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) image -> (B, prefix + N, D) normalised tokens."""
-        x = self._embed(x)
-        if self.grad_checkpointing and torch.is_grad_enabled():
-            x, _ = self._run_blocks(x, self.blocks)
-        else:
-            x = self.blocks(x)
-        return self.norm(x)
+    def pooled_token_count(self) -> int:
+        """How many leading tokens the head reads: 2 (distilled), 1 (``'token'`` pooling), else 0 (all)."""
+        if self.distilled:
+            return 2
+        if self.global_pool == "token":
+            return 1
+        return 0
 
     def forward_pooled_tokens(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) image -> (B, prefix, D): the normalised class (and distillation) tokens only.
+        """(B, C, H, W) image -> (B, k, D): only the ``pooled_token_count()`` tokens the head reads.
 
-        Equal to ``forward_features(x)[:, :num_prefix_tokens]``, but the last block computes its
-        attention queries, projection and MLP for those tokens alone: the patch tokens' final
-        outputs are never read by a ``'token'``-pooled head, and skipping them saves most of one
-        block's work (about 1/depth of the model's FLOPs) in inference and training alike.
+        Equal to ``forward_features(x)[:, :k]``, but the last block computes its attention
+        queries, projection and MLP for those tokens alone: the patch tokens' final outputs are
+        never read by a ``'token'``-pooled head, and skipping them saves most of one block's work
+        (about 1/depth of the model's FLOPs). With pooling that reads every token (k = 0) this is
+        ``forward_features(x)``.
         """
-        x, _ = self._run_blocks(self._embed(x), self.blocks[:-1])
-        x = self._run_block(self.blocks[-1].forward_prefix, x, self.num_prefix_tokens)
-        return self.norm(x)
+        return self.norm(self._blocks(self._embed(x), None, self.pooled_token_count()))
 
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
-        if self.global_pool == "token":
+    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
+        """(B, N, D) tokens -> (B, D) by ``pool_type`` (default: ``global_pool``); ``''`` keeps the tokens."""
+        if self.attn_pool is not None:
+            return self.attn_pool(x if self.pool_include_prefix else x[:, self.num_prefix_tokens:])
+        pool_type = self.global_pool if pool_type is None else pool_type
+        if pool_type == "token":
             return x[:, 0]
-        if self.global_pool == "avg":
-            return x[:, self.num_prefix_tokens:].mean(dim=1)
-        return x
+        if pool_type == "":
+            return x
+        if not self.pool_include_prefix:
+            x = x[:, self.num_prefix_tokens:]
+        if pool_type == "avg":
+            return x.mean(dim=1)
+        if pool_type == "max":
+            return x.amax(dim=1)
+        return 0.5 * (x.amax(dim=1) + x.mean(dim=1))  # avgmax
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False):
         """Tokens from ``forward_features`` -> logits (or the pooled pre-logit features)."""
         if self.head_dist is not None:
-            x_cls, x_dist = x[:, 0], x[:, 1]
+            x_cls, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
             if pre_logits:
                 return (x_cls + x_dist) / 2
             x_cls, x_dist = self.head(x_cls), self.head_dist(x_dist)
-            if self.distilled_training and self.training:
+            if self.distilled_training and self.training and not torch.jit.is_scripting():
                 return x_cls, x_dist
             return (x_cls + x_dist) / 2
-        x = self.pre_logits(self.pool(x))
+        x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x))))
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor):
-        """Logits; same as ``forward_head(forward_features(x))``, computed more cheaply for ``'token'`` pooling."""
-        if self.global_pool == "token" and not self._last_block_observed():
-            return self.forward_head(self.forward_pooled_tokens(x))
-        return self.forward_head(self.forward_features(x))
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None):
+        """Logits, equal to ``forward_head(forward_features(x))``.
 
-    def _last_block_observed(self) -> bool:
-        """True when something outside reads every token of the last block or the final norm.
-
-        FX tracing (timm's and torchvision's feature extractors name ``blocks.N`` / ``norm``
-        nodes) and forward hooks on those modules or their children must see full-length outputs,
-        so ``forward`` then takes the full path. Under ``torch.compile`` hooks are not looked at.
+        With ``pooled_forward`` and a head that reads only leading tokens, the last block runs
+        for those tokens alone (``forward_pooled_tokens``). An attention mask or FX tracing takes
+        the full path.
         """
-        if torch.compiler.is_compiling() or torch.jit.is_scripting():  # torch.export included
-            return False
-        if torch.fx._symbolic_trace.is_fx_symbolic_tracing():
-            return True
-        watched = itertools.chain(self.blocks[len(self.blocks) - 1].modules(), self.norm.modules())
-        return any(m._forward_hooks or m._forward_pre_hooks for m in watched)
+        if self.pooled_forward and attn_mask is None and self.pooled_token_count() > 0 and not _is_fx_proxy(x):
+            return self.forward_head(self.forward_pooled_tokens(x))
+        return self.forward_head(self.forward_features(x, attn_mask))
 
+    @torch.jit.ignore
     def forward_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         """Forward through the eager path, returning features and every block's (B, heads, N, N) attention."""
         x = self._embed(x)
@@ -388,6 +529,7 @@ class VisionTransformer(nn.Module):
             maps.append(attn)
         return self.norm(x), maps
 
+    @torch.jit.ignore
     def forward_intermediates(
         self,
         x: torch.Tensor,
@@ -397,27 +539,67 @@ class VisionTransformer(nn.Module):
         stop_early: bool = False,
         output_fmt: str = "NCHW",
         intermediates_only: bool = False,
+        output_dict: bool = False,
+        attn_mask: Optional[torch.Tensor] = None,
     ):
-        """timm's intermediate-feature API: block outputs at ``indices`` as NCHW maps or NLC tokens."""
+        """timm's intermediate-feature API: block outputs at ``indices`` as NCHW maps or NLC tokens.
+
+        Returns ``(final_features, intermediates)``, the intermediates alone
+        (``intermediates_only``), or with ``output_dict`` a dict with ``'image_intermediates'``,
+        ``'image_features'`` (unless ``intermediates_only``) and, with ``return_prefix_tokens``,
+        ``'image_intermediates_prefix'``.
+        """
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = _take_indices(len(self.blocks), indices)
-        batch = x.shape[0]
+        wanted = set(take_indices)
+        batch, _, height, width = x.shape
+        x = self._embed(x)
         blocks = self.blocks[:max_index + 1] if stop_early else self.blocks
-        last, outputs = self._run_blocks(self._embed(x), blocks, keep=take_indices)
-        intermediates = [self.norm(y) if norm else y for y in outputs]
+        intermediates = []
+        for index, block in enumerate(blocks):
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, attn_mask, use_reentrant=False)
+            else:
+                x = block(x, attn_mask)
+            if index in wanted:
+                intermediates.append(self.norm(x) if norm else x)
         prefix = [y[:, :self.num_prefix_tokens] for y in intermediates]
         intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
         if output_fmt == "NCHW":
-            height, width = self.patch_embed.grid_size
-            intermediates = [y.reshape(batch, height, width, -1).permute(0, 3, 1, 2).contiguous()
+            grid_h, grid_w = self.patch_embed.feat_size((height, width))
+            intermediates = [y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous()
                              for y in intermediates]
-        if return_prefix_tokens:
+        if output_dict:
+            result: Dict[str, Any] = {"image_intermediates": intermediates}
+            if return_prefix_tokens and self.num_prefix_tokens:
+                result["image_intermediates_prefix"] = prefix
+            if not intermediates_only:
+                result["image_features"] = self.norm(x)
+            return result
+        if return_prefix_tokens and self.num_prefix_tokens:
             intermediates = list(zip(intermediates, prefix))
         if intermediates_only:
             return intermediates
-        return self.norm(last), intermediates
+        return self.norm(x), intermediates
 
+    @torch.jit.ignore
+    def get_intermediate_layers(
+        self,
+        x: torch.Tensor,
+        n: Union[int, List[int], Tuple[int, ...]] = 1,
+        reshape: bool = False,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        attn_mask: Optional[torch.Tensor] = None,
+    ) -> List[Any]:
+        """The DINO-style interface: outputs of the last ``n`` blocks (or those at indices ``n``)."""
+        return self.forward_intermediates(
+            x, n if isinstance(n, int) else list(n), return_prefix_tokens=return_prefix_tokens, norm=norm,
+            output_fmt="NCHW" if reshape else "NLC", intermediates_only=True, attn_mask=attn_mask,
+        )
+
+    @torch.jit.ignore
     def prune_intermediate_layers(
         self, indices: Union[int, List[int]] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> List[int]:
@@ -427,5 +609,17 @@ class VisionTransformer(nn.Module):
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
-            self.reset_classifier(0, "" if not self.distilled else None)
+            self.fc_norm = nn.Identity()
+            self.reset_classifier(0, "token" if self.distilled else "")
         return take_indices
+
+
+def _check_global_pool(global_pool: str, distilled: bool, class_token: bool) -> str:
+    if global_pool not in GLOBAL_POOLS:
+        raise ValueError(f"global_pool must be one of {GLOBAL_POOLS}, got {global_pool!r}")
+    if distilled and global_pool != "token":
+        raise ValueError(f"a distilled model pools its class and distillation tokens: global_pool must be "
+                         f"'token', got {global_pool!r}")
+    if global_pool == "token" and not class_token:
+        raise ValueError("global_pool='token' needs the class token: pass class_token=True or another global_pool")
+    return global_pool

@@ -4,18 +4,18 @@ import json
 import pytest
 import timm
 import torch
-from huggingface_hub import HfApi, constants
+from huggingface_hub import constants
 from huggingface_hub.errors import (
     HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
 )
 
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
-from timm_vitscratch.hub.client import ModelDirectoryError
+from timm_vitscratch.errors import ModelDirectoryError
 from tests.support.local_hub.store import HubError
 
 from tests.support import tiny
-from tests.support.hub_fixtures import model_dir, refused_endpoint, repo_for, use_hub
+from tests.support.hub_fixtures import model_dir, refused_endpoint, repo_for, upload_raw, use_hub
 
 
 def _ours(path):
@@ -44,13 +44,6 @@ def fault(local_hub):
     yield inject
     for f in added:
         local_hub.faults.remove(f)
-
-
-def _upload_raw(directory, repo):
-    """Publish a directory as it is, bypassing `vitscratch push` and its checks (a foreign or broken tool)."""
-    api = HfApi()
-    api.create_repo(repo, exist_ok=True)
-    api.upload_folder(repo_id=repo, folder_path=directory)
 
 
 def test_repo_not_found(hub_env, tmp_path, capsys):
@@ -136,7 +129,7 @@ def test_architecture_the_plugin_does_not_register(hub_env, local_hub, tmp_path,
     with pytest.raises(ModelDirectoryError, match="names architecture 'scratch_vit_zz99', which timm_vitscratch"):
         hub.push(directory, repo)  # refused before any request
     assert len(local_hub.requests) == requests_before
-    _upload_raw(directory, repo)
+    upload_raw(directory, repo)
     with pytest.raises(ModelDirectoryError, match="does not register"):
         hub.pull(repo, tmp_path / "out")
     assert cli_main(["pull", repo, str(tmp_path / "out")]) == 2
@@ -155,7 +148,7 @@ def test_weights_whose_sha256_does_not_match_config(hub_env, local_hub, tmp_path
     with pytest.raises(ModelDirectoryError, match="not the weights the config describes"):
         hub.push(directory, repo)
     assert len(local_hub.requests) == requests_before
-    _upload_raw(directory, repo)
+    upload_raw(directory, repo)
     expected = json.loads((directory / "config.json").read_text())["vitscratch"]["sha256"]
     with pytest.raises(ModelDirectoryError, match=f"but config.json says {expected}"):
         hub.pull(repo, tmp_path / "out")

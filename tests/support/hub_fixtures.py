@@ -21,7 +21,7 @@ import pytest
 import torch
 from huggingface_hub import constants
 
-from timm_vitscratch.hub.client import save_model_directory
+from timm_vitscratch.hub.model_dir import save_model_directory
 from tests.support.local_hub import LocalHub
 
 from tests.support import tiny

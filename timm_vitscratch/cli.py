@@ -78,19 +78,22 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
     result = convert(args.src, args.out_dir, source=args.source, model=args.model, img_size=args.img_size,
-                     dtype=args.dtype, ema=args.ema, verify=args.verify)
+                     dtype=args.dtype, ema=args.ema, verify=args.verify, num_heads=args.num_heads, labels=args.labels)
     how = "detected from its keys" if result.detected else "as given by --from"
     wrapper = f", weights from {result.wrapper!r}" if result.wrapper else ""
     print(f"source: {args.src} ({result.source_format} format, {how}{wrapper})")
     print(f"model: {result.model_name} ({result.description})")
+    if result.heads_note:
+        print(result.heads_note)
     if result.resampled_from:
         print(f"position embedding resampled from {result.resampled_from[0]}x{result.resampled_from[1]} "
               f"to img_size {result.model_args['img_size']}")
     print(f"wrote {result.out_dir}/model.safetensors (sha256 {result.sha256}) and {result.out_dir}/config.json")
     if result.verification is not None:
         check = result.verification
-        print(f"verify: max-abs-diff {check.max_abs_diff:.3g} against {check.reference} on a fixed random "
-              f"batch (tolerance {check.tolerance:g}): ok")
+        logits = "" if check.logits_diff is None else f", logits {check.logits_diff:.3g}"
+        print(f"verify: max-abs-diff features {check.features_diff:.3g}{logits} against {check.reference} on a "
+              f"fixed random batch (tolerance {check.tolerance:g}): ok")
     return 0
 
 
@@ -157,30 +160,37 @@ def build_parser() -> argparse.ArgumentParser:
     p_pull.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
     p_pull.set_defaults(func=_cmd_pull)
 
-    dtypes = ("float32", "float16", "bfloat16")
+    from .convert import DTYPE_NAMES, EXPORT_TARGETS, SOURCE_NAMES
+
     p_convert = commands.add_parser(
         "convert", help="timm / torchvision / transformers / JAX weights -> a scratch model directory")
     p_convert.add_argument("src", help="checkpoint file (.safetensors, .pth/.pt/.bin/.pth.tar, .npz) or model directory")
     p_convert.add_argument("out_dir", help="directory for model.safetensors + config.json (created if missing)")
     p_convert.add_argument("--from", dest="source", default="auto",
-                           choices=("auto", "timm", "torchvision", "transformers", "jax"),
+                           choices=("auto",) + SOURCE_NAMES,
                            help="checkpoint format (default: recognised from its keys)")
     p_convert.add_argument("--model", type=_model_name, default=None,
                            help="scratch_* variant to convert to (default: inferred from the shapes, checked if given)")
     p_convert.add_argument("--img-size", type=_img_size, default=None,
                            help="input size of the converted model; the position embedding is resampled")
-    p_convert.add_argument("--dtype", choices=dtypes, default=None, help="dtype of the written weights (default: as stored)")
+    p_convert.add_argument("--dtype", choices=DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)")
     p_convert.add_argument("--ema", action="store_true",
                            help="take the EMA weights (state_dict_ema) of a timm train.py checkpoint")
     p_convert.add_argument("--verify", action="store_true",
-                           help="compare logits with the source library's model; fail (write nothing) above 1e-4")
+                           help="compare features and logits with the source library's model; fail (write nothing) "
+                                "above 1e-4 or when the logits cannot tell the weights apart")
+    p_convert.add_argument("--num-heads", type=int, default=None,
+                           help="attention heads, for checkpoints that do not record them (default: the source's "
+                                "config, else assumed and said)")
+    p_convert.add_argument("--labels", default=None, metavar="FILE_OR_DIR",
+                           help="label names: a file with one per line, or an image folder's class directories")
     p_convert.set_defaults(func=_cmd_convert)
 
     p_export = commands.add_parser("export", help="a scratch model directory -> timm / torchvision / JAX weights")
     p_export.add_argument("model_dir", help="directory written by convert (model.safetensors + config.json)")
-    p_export.add_argument("--to", required=True, choices=("timm", "torchvision", "jax"), help="target layout")
+    p_export.add_argument("--to", required=True, choices=EXPORT_TARGETS, help="target layout")
     p_export.add_argument("out", help="output file: .safetensors or .pth (timm, torchvision), .npz (jax)")
-    p_export.add_argument("--dtype", choices=dtypes, default=None, help="dtype of the written weights (default: as stored)")
+    p_export.add_argument("--dtype", choices=DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)")
     p_export.set_defaults(func=_cmd_export)
     return parser
 

@@ -134,12 +134,14 @@ def test_unexpected_keys(tmp_path, vit_state_dict):
     assert "'extra.weight'" in str(err) and "'blocks.0.attn.bonus'" in str(err)
 
 
-def test_shape_that_matches_no_variant(tmp_path):
+def test_shape_the_model_cannot_express(tmp_path):
     odd = randomized(lambda: timm.models.vision_transformer.VisionTransformer(
         img_size=64, patch_size=8, embed_dim=96, depth=3, num_heads=2, num_classes=4))
-    save_file(odd.state_dict(), str(tmp_path / "odd.safetensors"))
-    err = refused(tmp_path / "odd.safetensors", tmp_path / "out", "match no ViT variant")
-    assert "embed_dim 96, depth 3" in str(err)
+    state_dict = odd.state_dict()
+    state_dict["pos_embed"] = state_dict["pos_embed"][:, :-3]  # 62 positions: no grid
+    save_file(state_dict, str(tmp_path / "odd.safetensors"))
+    err = refused(tmp_path / "odd.safetensors", tmp_path / "out", "match no ViT the scratch model can express")
+    assert "62 positions" in str(err)
 
 
 def test_inconsistent_shapes(tmp_path, vit_state_dict):
@@ -177,16 +179,28 @@ def test_not_a_checkpoint_at_all(tmp_path):
     refused(tmp_path / "nope.pth", tmp_path / "out", "does not exist")
 
 
-@pytest.mark.parametrize("feature, kwargs, match", [
-    ("register tokens", dict(reg_tokens=4), "register tokens"),
-    ("layer scale", dict(init_values=1e-5), "layer scale"),
-    ("pre-norm", dict(pre_norm=True), "norm_pre"),
-    ("fc_norm", dict(global_pool="avg", fc_norm=True), "fc_norm"),
+@pytest.mark.parametrize("kwargs, recorded", [
+    (dict(init_values=1e-5), dict(init_values=1e-5)),  # DeiT-III LayerScale
+    (dict(reg_tokens=4, no_embed_class=True, init_values=1e-5), dict(reg_tokens=4, no_embed_class=True)),  # DINOv2
+    (dict(global_pool="avg", fc_norm=True), dict(global_pool="avg")),  # MAE / BEiT
+    (dict(pre_norm=True, final_norm=False), dict(pre_norm=True, final_norm=False)),  # CLIP
+    (dict(global_pool="map"), dict(global_pool="map")),
+    (dict(qk_norm=True), dict(qk_norm=True)),
 ])
-def test_timm_features_the_scratch_vit_lacks(tmp_path, feature, kwargs, match):
-    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, **kwargs))
+def test_timm_options_convert_and_are_recorded(tmp_path, kwargs, recorded):
+    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64,
+                                                 **kwargs))
     save_file(model.state_dict(), str(tmp_path / "newer.safetensors"))
-    refused(tmp_path / "newer.safetensors", tmp_path / "out", match)
+    result = convert(tmp_path / "newer.safetensors", tmp_path / "out", verify=True)
+    assert result.verification.passed
+    assert recorded.items() <= result.model_args.items()
+
+
+def test_timm_feature_the_model_cannot_hold(tmp_path):
+    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64,
+                                                 scale_attn_norm=True))
+    save_file(model.state_dict(), str(tmp_path / "newer.safetensors"))
+    refused(tmp_path / "newer.safetensors", tmp_path / "out", "scale norms")
 
 
 def test_identity_layer_scale_is_accepted(tmp_path):

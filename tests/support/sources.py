@@ -59,9 +59,9 @@ def torchvision_vit(representation_size=None, image_size: int = 224) -> nn.Modul
 def hf_config(cls_name: str = "ViTConfig", **kwargs):
     import transformers
 
-    return getattr(transformers, cls_name)(
-        hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768, image_size=224,
-        patch_size=16, num_labels=NUM_CLASSES, **kwargs)
+    return getattr(transformers, cls_name)(**{
+        **dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768, image_size=224,
+               patch_size=16, num_labels=NUM_CLASSES), **kwargs})
 
 
 #: transformers 5 module names -> the names stored in checkpoints on the Hub (the original ones)

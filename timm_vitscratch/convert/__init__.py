@@ -9,9 +9,13 @@ from .checkpoint import open_checkpoint
 from .converter import ConversionResult, convert
 from .export import EXPORT_TARGETS, ExportResult, export
 from .formats import SOURCE_NAMES, detect_format
+from .plan import DTYPES
+
+#: the dtype names ``--dtype`` takes
+DTYPE_NAMES = tuple(DTYPES)
 from .verify import DEFAULT_TOLERANCE
 
 __all__ = [
-    "ConversionError", "ConversionResult", "DEFAULT_TOLERANCE", "EXPORT_TARGETS", "ExportResult", "SOURCE_NAMES",
+    "ConversionError", "ConversionResult", "DEFAULT_TOLERANCE", "DTYPE_NAMES", "EXPORT_TARGETS", "ExportResult", "SOURCE_NAMES",
     "VerificationError", "convert", "detect_format", "export", "open_checkpoint",
 ]

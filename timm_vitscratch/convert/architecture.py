@@ -1,15 +1,27 @@
-"""Which registered variant a checkpoint is: architecture read from tensor shapes, checked against ``--model``."""
+"""What architecture a checkpoint holds: read from tensor shapes, matched to the closest registered variant.
+
+Any architecture the model can express converts: the closest registered variant is the base, and
+whatever differs from it (depth, width, heads, MLP ratio, patch, image size, the timm options) is
+recorded as ``model_args``. :func:`describe_model` gives the same facts for a built model, so the
+converter, the exporter, the inspection report and the model card describe models one way.
+"""
 from __future__ import annotations
 
+import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from torch import nn
+
 from ..errors import ConversionError
+from ..models.layers import to_2tuple
 from ..models.variants import ARCHITECTURES
 
 Shape = Tuple[int, ...]
 DEFAULT_NORM_EPS = 1e-6
+#: timm's usual attention head width: the head count assumed when nothing says otherwise
+HEAD_DIM = 64
 
 
 @dataclass
@@ -27,21 +39,60 @@ class Arch:
     distilled: bool
     mlp_hidden: int
     norm_eps: float = DEFAULT_NORM_EPS
+    #: timm constructor options read from key names / shapes (reg_tokens, init_values, fc_norm, ...)
+    options: Dict[str, Any] = field(default_factory=dict)
+    #: one line when the head count was assumed rather than read
+    heads_note: Optional[str] = None
 
     @property
     def num_prefix_tokens(self) -> int:
-        return 2 if self.distilled else 1
+        cls = 1 if self.options.get("class_token", True) else 0
+        return cls + int(self.distilled) + int(self.options.get("reg_tokens", 0))
+
+    @property
+    def pos_prefix_tokens(self) -> int:
+        """Prefix tokens that have a row in the position table (none with ``no_embed_class``)."""
+        return 0 if self.options.get("no_embed_class") else self.num_prefix_tokens
 
     @property
     def img_size(self) -> Tuple[int, int]:
         return self.grid[0] * self.patch_size, self.grid[1] * self.patch_size
 
+    @property
+    def mlp_ratio(self) -> float:
+        return self.mlp_hidden / self.embed_dim
+
     def describe(self) -> str:
         heads = f", heads {self.num_heads}" if self.num_heads else ""
         rep = f", representation {self.representation_size}" if self.representation_size else ", no representation layer"
-        return (f"patch {self.patch_size}, embed_dim {self.embed_dim}, depth {self.depth}{heads}{rep}, "
+        mlp = f", mlp_ratio {self.mlp_ratio:g}" if self.mlp_hidden != 4 * self.embed_dim else ""
+        options = "".join(f", {k}={v}" for k, v in self.options.items())
+        return (f"patch {self.patch_size}, embed_dim {self.embed_dim}, depth {self.depth}{heads}{mlp}{rep}, "
                 f"{'distilled' if self.distilled else 'not distilled'}, {self.num_classes} classes, "
-                f"img_size {self.img_size[0]}x{self.img_size[1]}")
+                f"img_size {self.img_size[0]}x{self.img_size[1]}{options}")
+
+    def constructor_args(self, img_size: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
+        """Every architecture-defining ``VisionTransformer`` argument of this architecture."""
+        size = tuple(img_size or self.img_size)
+        return dict(
+            img_size=size[0] if size[0] == size[1] else size, patch_size=self.patch_size,
+            embed_dim=self.embed_dim, depth=self.depth, num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
+            representation_size=self.representation_size, distilled=self.distilled, in_chans=self.in_chans,
+            norm_eps=self.norm_eps, **self.options)
+
+
+def describe_model(model: nn.Module) -> Arch:
+    """The architecture facts of one of our built models (it may live on ``meta``)."""
+    embed = model.patch_embed.proj.weight.shape
+    pre_logits = getattr(model, "pre_logits", None)
+    return Arch(
+        patch_size=to_2tuple(model.patch_embed.patch_size, "patch_size")[0], embed_dim=embed[0],
+        depth=len(model.blocks), num_heads=model.blocks[0].attn.num_heads, in_chans=embed[1],
+        grid=tuple(model.patch_embed.grid_size), num_classes=model.num_classes,
+        representation_size=pre_logits.fc.out_features if hasattr(pre_logits, "fc") else None,
+        distilled=bool(getattr(model, "distilled", False)), mlp_hidden=model.blocks[0].mlp.fc1.out_features,
+        norm_eps=getattr(model.norm, "eps", DEFAULT_NORM_EPS),
+    )
 
 
 def _need(shapes: Mapping[str, Shape], key: str, what: str, sources: Mapping[str, Tuple[str, ...]]) -> Shape:
@@ -52,15 +103,17 @@ def _need(shapes: Mapping[str, Shape], key: str, what: str, sources: Mapping[str
 
 
 def _no_variant(problem: str) -> ConversionError:
-    return ConversionError(f"the tensor shapes match no ViT variant: {problem}")
+    return ConversionError(f"the tensor shapes match no ViT the scratch model can express: {problem}")
 
 
 def infer_arch(
-    shapes: Mapping[str, Shape], depth: int, hints: Mapping[str, Any], sources: Mapping[str, Tuple[str, ...]]
+    shapes: Mapping[str, Shape], depth: int, hints: Mapping[str, Any], sources: Mapping[str, Tuple[str, ...]],
+    options: Optional[Mapping[str, Any]] = None,
 ) -> Arch:
     """Architecture from our-layout shapes (``sources`` names the source keys for error messages)."""
     if depth < 1:
         raise ConversionError("no transformer blocks found")
+    options = dict(options or {})
     patch = _need(shapes, "patch_embed.proj.weight", "patch embedding", sources)
     if len(patch) != 4 or patch[2] != patch[3]:
         raise _no_variant(f"patch embedding has shape {patch}, expected (embed_dim, channels, patch, patch)")
@@ -73,34 +126,33 @@ def infer_arch(
     if len(fc1) != 2 or fc1[1] != embed_dim:
         raise _no_variant(f"MLP input projection is {fc1}, expected (hidden, {embed_dim})")
     distilled = "dist_token" in shapes
-    prefix = 2 if distilled else 1
+    arch = Arch(patch_size=patch_size, embed_dim=embed_dim, depth=depth, num_heads=hints.get("num_heads"),
+                in_chans=in_chans, grid=(0, 0), num_classes=0, representation_size=None, distilled=distilled,
+                mlp_hidden=fc1[0], norm_eps=hints.get("norm_eps", DEFAULT_NORM_EPS), options=options)
     pos = _need(shapes, "pos_embed", "position embedding", sources)
     if len(pos) != 3 or pos[0] != 1 or pos[2] != embed_dim:
         raise _no_variant(f"position embedding is {pos}, expected (1, tokens, {embed_dim})")
-    grid = _grid(pos[1] - prefix, hints.get("img_size"), patch_size, prefix, pos[1])
-    representation = None
+    arch.grid = _grid(pos[1] - arch.pos_prefix_tokens, hints.get("img_size"), patch_size, arch.pos_prefix_tokens,
+                      pos[1])
     if "pre_logits.fc.weight" in shapes:
         rep_shape = shapes["pre_logits.fc.weight"]
         if len(rep_shape) != 2 or rep_shape[1] != embed_dim:
             raise _no_variant(f"representation layer is {rep_shape}, expected (size, {embed_dim})")
-        representation = rep_shape[0]
-    num_classes = 0
+        arch.representation_size = rep_shape[0]
     if "head.weight" in shapes:
         head = shapes["head.weight"]
-        expected_in = representation or embed_dim
+        expected_in = arch.representation_size or embed_dim
         if len(head) != 2 or head[1] != expected_in:
             raise _no_variant(f"classifier is {head}, expected (classes, {expected_in})")
-        num_classes = head[0]
-    return Arch(
-        patch_size=patch_size, embed_dim=embed_dim, depth=depth, num_heads=hints.get("num_heads"),
-        in_chans=in_chans, grid=grid, num_classes=num_classes, representation_size=representation,
-        distilled=distilled, mlp_hidden=fc1[0], norm_eps=hints.get("norm_eps", DEFAULT_NORM_EPS),
-    )
+        arch.num_classes = head[0]
+    if int(embed_dim * arch.mlp_ratio) != arch.mlp_hidden:
+        raise _no_variant(f"MLP width {arch.mlp_hidden} is not a ratio of embed_dim {embed_dim} the model rebuilds")
+    return arch
 
 
 def _grid(num_patches: int, img_size: Any, patch_size: int, prefix: int, tokens: int) -> Tuple[int, int]:
     if img_size is not None:
-        height, width = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        height, width = to_2tuple(img_size, "img_size")
         grid = (height // patch_size, width // patch_size)
         if grid[0] * grid[1] == num_patches:
             return grid
@@ -110,23 +162,40 @@ def _grid(num_patches: int, img_size: Any, patch_size: int, prefix: int, tokens:
     if num_patches < 1 or side * side != num_patches:
         raise _no_variant(
             f"position embedding has {tokens} positions, which is not {prefix} prefix token(s) plus a square "
-            f"patch grid (models that keep no class-token position, such as timm's no_embed_class, are not "
-            f"supported)")
+            f"patch grid; give the image size of a non-square model in its config")
     return side, side
 
 
-def _spec_core(spec: Mapping[str, Any]) -> Tuple[int, int, int, int, bool]:
-    return spec["patch_size"], spec["embed_dim"], spec["depth"], spec["num_heads"], bool(spec.get("distilled"))
+def _constructor_defaults() -> Dict[str, Any]:
+    from ..models.vision_transformer import VisionTransformer
+
+    return {name: p.default for name, p in inspect.signature(VisionTransformer.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
 
 
-def _matches_core(spec: Mapping[str, Any], arch: Arch) -> bool:
-    patch, dim, depth, heads, distilled = _spec_core(spec)
-    return ((patch, dim, depth, distilled) == (arch.patch_size, arch.embed_dim, arch.depth, arch.distilled)
-            and arch.num_heads in (None, heads) and arch.mlp_hidden == 4 * dim)
+def variant_args(name: str) -> Dict[str, Any]:
+    """The constructor arguments registered variant ``name`` is built with (its table entry over the defaults)."""
+    return {**_constructor_defaults(), **ARCHITECTURES[name]}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        try:
+            return to_2tuple(a, "size") == to_2tuple(b, "size")
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def _distance(name: str, arch: Arch) -> Tuple[int, ...]:
+    spec = variant_args(name)
+    return (spec["embed_dim"] != arch.embed_dim, spec["patch_size"] != arch.patch_size, abs(spec["depth"] - arch.depth),
+            (spec.get("representation_size") or 0) != (arch.representation_size or 0),
+            abs(spec["embed_dim"] - arch.embed_dim))
 
 
 def _spec_text(name: str) -> str:
-    spec = ARCHITECTURES[name]
+    spec = variant_args(name)
     rep = spec.get("representation_size")
     return (f"patch {spec['patch_size']}, embed_dim {spec['embed_dim']}, depth {spec['depth']}, heads "
             f"{spec['num_heads']}, {f'representation {rep}' if rep else 'no representation layer'}, "
@@ -134,41 +203,50 @@ def _spec_text(name: str) -> str:
 
 
 def choose_variant(arch: Arch, requested: Optional[str] = None) -> str:
-    """The registered variant for ``arch``; with ``requested``, check it agrees with the shapes."""
-    candidates = [name for name, spec in ARCHITECTURES.items() if _matches_core(spec, arch)]
-    exact = [n for n in candidates if ARCHITECTURES[n].get("representation_size") == arch.representation_size]
-    plain = [n for n in candidates if not ARCHITECTURES[n].get("representation_size")]
+    """The registered variant to build ``arch`` from: the closest one (same distillation, then same width,
+    patch, depth), or ``requested`` after checking that it is the same family (width, patch, distillation)."""
+    family = [n for n in ARCHITECTURES if bool(variant_args(n).get("distilled")) == arch.distilled]
+    closest = min(family, key=lambda n: _distance(n, arch))
     if requested is not None:
         if requested not in ARCHITECTURES:
             raise ConversionError(f"unknown model {requested!r}; registered: {', '.join(ARCHITECTURES)}")
-        spec_rep = ARCHITECTURES[requested].get("representation_size")
-        agrees = requested in candidates and (
-            requested in exact or (not spec_rep and arch.representation_size and not exact))
-        if not agrees:
-            better = (exact or plain or ["none of the registered variants"])[0]
+        spec = variant_args(requested)
+        if (spec["embed_dim"], spec["patch_size"], bool(spec.get("distilled"))) != (
+                arch.embed_dim, arch.patch_size, arch.distilled):
             raise ConversionError(
                 f"--model {requested} does not match the checkpoint: {requested} is {_spec_text(requested)}; the "
-                f"checkpoint has {arch.describe()} (that is {better})")
+                f"checkpoint has {arch.describe()} (closest: {closest})")
         return requested
-    if exact:
-        return exact[0]
-    if plain and arch.representation_size:
-        return plain[0]  # e.g. a ViT-Ti with a representation layer: passed as a model argument
-    if arch.mlp_hidden != 4 * arch.embed_dim:
-        raise _no_variant(f"MLP width {arch.mlp_hidden} is not 4 x embed_dim {arch.embed_dim}")
-    families = sorted({(s["patch_size"], s["embed_dim"], s["depth"], s["num_heads"]) for s in ARCHITECTURES.values()})
-    known = "; ".join(f"patch {p}/width {w}/depth {d}/heads {h}" for p, w, d, h in families)
-    raise _no_variant(f"{arch.describe()}; registered families: {known}")
+    return closest
+
+
+def settle_heads(arch: Arch, name: str, requested: Optional[int] = None) -> None:
+    """Fill ``arch.num_heads``: ``requested`` (``--num-heads``) wins, then what the source said, then an
+    assumption that is recorded in ``arch.heads_note``."""
+    if requested is not None:
+        if requested < 1 or arch.embed_dim % requested:
+            raise ConversionError(f"--num-heads {requested} does not divide embed_dim {arch.embed_dim}")
+        arch.num_heads, arch.heads_note = requested, None
+        return
+    if arch.num_heads:
+        return
+    spec = variant_args(name)
+    if spec["embed_dim"] == arch.embed_dim:
+        arch.num_heads = spec["num_heads"]
+        arch.heads_note = (f"heads: {arch.num_heads}, assumed from {name} (the checkpoint does not say); "
+                           f"pass --num-heads N if it used another count")
+    else:
+        arch.num_heads = max(1, arch.embed_dim // HEAD_DIM) if arch.embed_dim % HEAD_DIM == 0 else 1
+        arch.heads_note = (f"heads: {arch.num_heads}, assumed ({HEAD_DIM}-wide heads; the checkpoint does not say); "
+                           f"pass --num-heads N if it used another count")
 
 
 def model_args(arch: Arch, name: str, img_size: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
-    """The ``timm.create_model`` arguments that rebuild exactly this architecture from variant ``name``."""
-    size = img_size or arch.img_size
-    args: Dict[str, Any] = dict(img_size=size[0] if size[0] == size[1] else tuple(size), num_classes=arch.num_classes)
-    if arch.representation_size != ARCHITECTURES[name].get("representation_size"):
-        args["representation_size"] = arch.representation_size
-    if arch.in_chans != 3:
-        args["in_chans"] = arch.in_chans
-    if arch.norm_eps != DEFAULT_NORM_EPS:
-        args["norm_eps"] = arch.norm_eps
+    """The ``timm.create_model`` arguments that rebuild exactly this architecture from variant ``name``:
+    ``num_classes`` and every architecture argument that differs from the variant's."""
+    base = variant_args(name)
+    args: Dict[str, Any] = {"num_classes": arch.num_classes}
+    for key, value in arch.constructor_args(img_size).items():
+        if not _same(value, base.get(key)):
+            args[key] = value
     return args

@@ -34,7 +34,7 @@ import torch
 from safetensors import safe_open
 
 from ..errors import ConversionError
-from .page_release import PageReleaser
+from .page_release import PageReleaser, release_mapped_range
 
 WRAPPER_KEYS = ("state_dict", "model")
 EMA_KEYS = ("state_dict_ema", "model_ema")
@@ -71,6 +71,7 @@ class Checkpoint:
         self.wrapper: Optional[str] = None  # e.g. "state_dict_ema" when unwrapped from a train.py checkpoint
         self.side_config: Dict[str, Any] = {}  # config.json beside the weights, when read from a directory
         self.preprocess_config: Dict[str, Any] = {}  # preprocessor_config.json (Hugging Face), when present
+        self.train_args: Dict[str, Any] = {}  # the ``args`` a timm train.py checkpoint stores (model, model_kwargs)
         self._raw: Dict[str, str] = {}  # clean name -> name in the file
         self._shapes: Dict[str, Shape] = {}
         self._dtypes: Dict[str, torch.dtype] = {}
@@ -188,11 +189,7 @@ class SafetensorsCheckpoint(Checkpoint):
         return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).reshape(shape)
 
     def release(self, key: str) -> None:
-        start, size = self._span(key)
-        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside this tensor only
-        last = (start + size) // mmap.PAGESIZE * mmap.PAGESIZE
-        if last > first and hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
+        release_mapped_range(self._map, *self._span(key))
 
     def close(self) -> None:
         try:
@@ -208,6 +205,8 @@ class TorchCheckpoint(Checkpoint):
         super().__init__(path)
         obj = _torch_load(path, mmap=is_zip)
         state_dict, self.wrapper = _unwrap(obj, ema, path)
+        if isinstance(obj, Mapping) and isinstance(obj.get("args"), argparse.Namespace):
+            self.train_args = vars(obj["args"])
         self._tensors = state_dict
         self._set_entries({k: (tuple(v.shape), v.dtype) for k, v in state_dict.items()}, KEY_PREFIXES)
         self._pages = PageReleaser(str(path)) if is_zip else None
@@ -221,6 +220,22 @@ class TorchCheckpoint(Checkpoint):
 
     def close(self) -> None:
         self._tensors = {}
+
+
+class StateDictCheckpoint(Checkpoint):
+    """A state dict already in memory (what timm's loaders hand to ``checkpoint_filter_fn``)."""
+
+    container = "state dict"
+
+    def __init__(self, state_dict: Mapping[str, Any], label: str = "state dict") -> None:
+        super().__init__(Path(label))
+        tensors, self.wrapper = _unwrap(state_dict, False, self.path)
+        self._tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in tensors.items()}
+        self._set_entries({k: (tuple(v.shape), v.dtype) for k, v in self._tensors.items()},
+                          KEY_PREFIXES + NPZ_PREFIXES)
+
+    def _read(self, key: str) -> torch.Tensor:
+        return self._tensors[self._raw[key]]
 
 
 class NpzCheckpoint(Checkpoint):

@@ -12,13 +12,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike, fsync_directory
-from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, write_model_directory
+from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, read_label_names, write_model_directory
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
@@ -40,6 +40,7 @@ class ConversionResult:
     wrapper: Optional[str] = None  # e.g. "state_dict_ema" when unwrapped from a training checkpoint
     resampled_from: Optional[Tuple[int, int]] = None
     verification: Optional[Verification] = None
+    heads_note: Optional[str] = None  # one line when the head count was assumed
 
 
 def _with_path(err: ConversionError, path: Path) -> ConversionError:
@@ -110,7 +111,7 @@ def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype:
     if plan.resampled:
         source_info["resampled_from"] = list(plan.arch.img_size)
     return write_model_directory(stage, plan.meta_model, plan.specs, _producer(checkpoint, targets),
-                                 source=source_info, written=release_sources)
+                                 source=source_info, written=release_sources, label_names=plan.label_names)
 
 
 def convert(
@@ -123,6 +124,8 @@ def convert(
     ema: bool = False,
     verify: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
+    num_heads: Optional[int] = None,
+    labels: Union[PathLike, Sequence[str], None] = None,
 ) -> ConversionResult:
     """Convert a timm / torchvision / transformers / JAX ViT checkpoint into a scratch model directory.
 
@@ -134,18 +137,28 @@ def convert(
         img_size: input size of the converted model; the position table is resampled when it differs.
         dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"`` for the written weights (default: as stored).
         ema: take the EMA weights (``state_dict_ema``) of a timm ``train.py`` checkpoint.
-        verify: compare logits with the source library's model; raises ``VerificationError`` (and
-            writes nothing) when the max-abs-diff exceeds ``tolerance``.
+        verify: compare pre-logit features and logits with the source library's model; raises
+            ``VerificationError`` (and writes nothing) when the max-abs-diff exceeds ``tolerance`` or the
+            logits are the same for every input.
+        num_heads: the attention head count, for sources that do not record it.
+        labels: label names (a list, a file with one per line, or an image folder's class directories);
+            default: the source's own (a model directory's ``label_names``).
 
     Raises:
         ConversionError: for any bad input, naming the file and the problem; nothing is written.
     """
     src, out_dir = Path(src), Path(out_dir)
     out_dtype = parse_dtype(dtype)
+    if labels is not None and not isinstance(labels, (list, tuple)):
+        try:
+            labels = read_label_names(labels)
+        except ValueError as err:
+            raise ConversionError(f"--labels: {err}") from None
     with open_checkpoint(src, ema=ema) as checkpoint:
         try:
             fmt, detected = detect_format(checkpoint, source)
-            plan = plan_conversion(checkpoint, fmt, model, img_size, out_dtype)
+            plan = plan_conversion(checkpoint, fmt, model, img_size, out_dtype, num_heads,
+                                   list(labels) if labels is not None else None)
         except ConversionError as err:
             raise _with_path(err, checkpoint.path) from None
         created = prepare_out_dir(out_dir)
@@ -156,10 +169,8 @@ def convert(
                 if verify:
                     verification = verify_conversion(checkpoint, plan, stage, out_dtype, tolerance)
                     if not verification.passed:
-                        raise VerificationError(
-                            f"verification failed: max-abs-diff {verification.max_abs_diff:.3g} between our model "
-                            f"and {verification.reference} exceeds the tolerance {tolerance:g}; nothing was written",
-                            checkpoint.path)
+                        raise VerificationError(f"verification failed: {verification.failure()}; nothing was "
+                                                f"written", checkpoint.path)
                 commit(stage, out_dir)
             except OSError as err:  # disk full, directory removed under us, ...
                 raise ConversionError(f"writing failed: {err}", out_dir) from None
@@ -167,4 +178,5 @@ def convert(
         out_dir=out_dir, source_format=fmt.name, detected=detected, model_name=plan.model_name,
         model_args=plan.model_args, description=plan.arch.describe(), sha256=sha256, wrapper=checkpoint.wrapper,
         resampled_from=plan.arch.img_size if plan.resampled else None, verification=verification,
+        heads_note=plan.arch.heads_note,
     )

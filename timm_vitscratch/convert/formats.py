@@ -15,6 +15,37 @@ from .architecture import Arch
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
 
+class Reference:
+    """The source model as its own library runs it: logits (None without a classifier) and the
+    pre-logit features (what the classifier reads)."""
+
+    def __init__(self, features: Forward, logits: Optional[Forward], description: str) -> None:
+        self.features, self.logits, self.description = features, logits, description
+
+
+def classifier_input(model: nn.Module, classifiers: List[nn.Module], forward: Forward) -> Forward:
+    """Pre-logit features of ``model``: the mean of what its ``classifiers`` receive during ``forward(x)``."""
+    def features(x: torch.Tensor) -> torch.Tensor:
+        seen: List[torch.Tensor] = []
+        handles = [c.register_forward_pre_hook(lambda _m, args: seen.append(args[0])) for c in classifiers]
+        try:
+            forward(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return sum(seen) / len(seen)
+
+    return features
+
+
+def timm_reference(model: nn.Module, description: str) -> Reference:
+    """A timm model's reference: its own ``forward_head(pre_logits=True)`` and logits."""
+    def features(x: torch.Tensor) -> torch.Tensor:
+        return model.forward_head(model.forward_features(x), pre_logits=True)
+
+    return Reference(features, model if getattr(model, "num_classes", 0) else None, description)
+
+
 @dataclass
 class Resample:
     """How a format's own library resamples a position table (we match it so verification holds)."""
@@ -68,11 +99,19 @@ class SourceFormat:
         """Architecture facts shapes cannot give (heads, norm eps, image size), from side configs."""
         return {}
 
+    def options(self, shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Any]:
+        """timm constructor options (``reg_tokens``, ``init_values``, ...) read from our-layout shapes."""
+        return {}
+
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
         """pretrained_cfg entries (mean, std, ...) the weights were trained with, when known."""
         return {}
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+    def label_names(self, checkpoint: Checkpoint) -> Optional[List[str]]:
+        """The classifier's label names, when the source records them."""
+        return None
+
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> "Reference":
         """The source model built by its own library, loaded with the checkpoint, in eval mode."""
         raise NotImplementedError
 
@@ -113,6 +152,7 @@ def formats() -> Dict[str, SourceFormat]:
     return dict(_REGISTRY)
 
 
+#: the formats ``convert`` reads (``--from``)
 SOURCE_NAMES = ("timm", "torchvision", "transformers", "jax")
 
 

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
-from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
+from .formats import Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init
 from .keymap import KeyMap, Rule, transpose
 from .timm_format import representation_head
 from .architecture import Arch
@@ -89,7 +89,7 @@ class JaxFormat(SourceFormat):
             return {"num_heads": checkpoint.shape(query)[1]}
         return {}
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         """timm's VisionTransformer filled by timm's own npz loader (``load_pretrained``)."""
         from timm.models.vision_transformer import VisionTransformer
 
@@ -97,18 +97,19 @@ class JaxFormat(SourceFormat):
         model = without_init(
             VisionTransformer, img_size=spec.img_size, patch_size=arch.patch_size, in_chans=arch.in_chans,
             num_classes=0 if arch.representation_size else arch.num_classes, embed_dim=arch.embed_dim,
-            depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_hidden / arch.embed_dim, qkv_bias=True,
+            depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_ratio, qkv_bias=True,
         )
         model.load_pretrained(str(checkpoint.path))
         round_parameters(model.eval(), spec.round_to)
         if not arch.representation_size:
-            return model
+            return timm_reference(model, self.reference_name)
         # timm's loader no longer reads the representation layer; apply the file's own arrays
         has_head = "head/kernel" in checkpoint
         return representation_head(
             model, checkpoint.tensor("pre_logits/kernel").t(), checkpoint.tensor("pre_logits/bias"),
             checkpoint.tensor("head/kernel").t() if has_head else None,
-            checkpoint.tensor("head/bias") if has_head else None, spec.round_to)
+            checkpoint.tensor("head/bias") if has_head else None, spec.round_to,
+            self.reference_name + " + the file's representation layer")
 
     def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
         if arch.distilled:

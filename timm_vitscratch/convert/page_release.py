@@ -1,4 +1,8 @@
-"""Give back the pages of a memory-mapped checkpoint once a tensor has been written.
+"""Give back the pages of a memory-mapped checkpoint once a tensor has been written (the one place
+that calls ``madvise``).
+
+Two mappings are released: a Python ``mmap`` of a safetensors file (:func:`release_mapped_range`),
+and the mapping ``torch.load(mmap=True)`` makes (:class:`PageReleaser`).
 
 A tensor read through ``torch.load(mmap=True)`` lives in a file mapping; every page it touched
 stays in the process's resident set until the mapping goes away, so reading a whole checkpoint
@@ -17,7 +21,7 @@ from typing import List, Tuple
 
 import torch
 
-_MADV_DONTNEED = 4
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 
 
 def _libc_madvise():
@@ -34,6 +38,19 @@ def _libc_madvise():
 
 
 _MADVISE = _libc_madvise()
+
+
+def _whole_pages(start: int, length: int) -> Tuple[int, int]:
+    """The whole pages strictly inside ``[start, start + length)``: neighbours may be still in use."""
+    page = mmap.PAGESIZE
+    return -(-start // page) * page, (start + length) // page * page
+
+
+def release_mapped_range(mapping: mmap.mmap, start: int, length: int) -> None:
+    """Drop the resident pages of bytes ``[start, start + length)`` of a private file mapping."""
+    first, last = _whole_pages(start, length)
+    if last > first and hasattr(mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def file_mappings(path: str) -> List[Tuple[int, int]]:
@@ -65,10 +82,7 @@ class PageReleaser:
         start, length = storage.data_ptr(), storage.nbytes()
         if length == 0:
             return
-        page = mmap.PAGESIZE
-        # only whole pages strictly inside the storage: neighbours may be still in use
-        first = -(-start // page) * page
-        last = (start + length) // page * page
+        first, last = _whole_pages(start, length)
         if last <= first:
             return
         if any(lo <= first and last <= hi for lo, hi in self.ranges):

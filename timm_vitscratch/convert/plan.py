@@ -14,14 +14,16 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
-from ..models.build import build_on_meta
 from ..errors import ConversionError
+from ..models.build import build_on_meta
+from ..models.layers import to_2tuple
 from .checkpoint import Checkpoint
 from .formats import SourceFormat
 from .keymap import KeyMap, Rule, available
-from .architecture import Arch, choose_variant, infer_arch, model_args
+from .architecture import Arch, choose_variant, infer_arch, model_args, settle_heads
 from .writer import TensorSpec
 
+#: the dtypes weights can be written in (``--dtype``)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -41,6 +43,7 @@ class ConversionPlan:
     meta_model: nn.Module
     targets: List[Target]
     ignored: Set[str] = field(default_factory=set)
+    label_names: Optional[List[str]] = None
 
     @property
     def specs(self) -> List[TensorSpec]:
@@ -64,10 +67,13 @@ def parse_dtype(dtype: Any) -> Optional[torch.dtype]:
 def _pair(size: Any) -> Optional[Tuple[int, int]]:
     if size is None:
         return None
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
+    try:
+        pair = to_2tuple(size, "img_size")
+    except (TypeError, ValueError):
+        pair = None
+    if pair is None or not all(isinstance(v, int) and v > 0 for v in pair):
         raise ConversionError(f"img_size must be a positive int or a (height, width) pair, got {size!r}")
-    return pair  # type: ignore[return-value]
+    return pair
 
 
 def _list(keys: List[str], limit: int = 5) -> str:
@@ -89,13 +95,14 @@ def _resampler(fmt: SourceFormat, arch: Arch, img_size: Tuple[int, int]):
 
     def resample(pos: torch.Tensor) -> torch.Tensor:
         return resample_abs_pos_embed(pos, new_size=grid, old_size=list(arch.grid),
-                                      num_prefix_tokens=arch.num_prefix_tokens, **fmt.resample.kwargs())
+                                      num_prefix_tokens=arch.pos_prefix_tokens, **fmt.resample.kwargs())
 
     return resample
 
 
-def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[str] = None,
-                    img_size: Any = None, dtype: Optional[torch.dtype] = None) -> ConversionPlan:
+def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> Tuple[Arch, KeyMap, Set[str]]:
+    """The architecture a checkpoint holds (heads as far as the source says), its key map, and the keys
+    that may be dropped."""
     keys = set(checkpoint.keys())
     ignored = fmt.ignorable_keys(checkpoint)
     depth = fmt.depth(keys)
@@ -103,16 +110,28 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
     shapes = {target: tuple(meta_output(rule, checkpoint, target).shape)
               for target, rule in rules.items() if available(rule, keys)}
     sources = {target: rule.sources for target, rule in rules.items()}
-    arch = infer_arch(shapes, depth, fmt.hints(checkpoint, keys), sources)
+    arch = infer_arch(shapes, depth, fmt.hints(checkpoint, keys), sources, fmt.options(shapes))
+    return arch, rules, ignored
+
+
+def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[str] = None,
+                    img_size: Any = None, dtype: Optional[torch.dtype] = None,
+                    num_heads: Optional[int] = None, label_names: Optional[List[str]] = None) -> ConversionPlan:
+    keys = set(checkpoint.keys())
+    arch, rules, ignored = read_arch(checkpoint, fmt)
     name = choose_variant(arch, model)
-    arch.num_heads = arch.num_heads or _variant_heads(name)
+    settle_heads(arch, name, num_heads)
     target_size = _pair(img_size) or arch.img_size
     for side in target_size:
         if side % arch.patch_size:
             raise ConversionError(f"img_size {target_size} is not a multiple of the patch size {arch.patch_size}")
     args = model_args(arch, name, target_size)
+    overlay = fmt.preprocessing(checkpoint)
+    labels = label_names if label_names is not None else fmt.label_names(checkpoint)
+    if labels is not None and len(labels) != arch.num_classes:
+        raise ConversionError(f"{len(labels)} label names for a classifier of {arch.num_classes} classes")
     try:
-        meta_model = build_on_meta(name, pretrained_cfg_overlay=fmt.preprocessing(checkpoint), **args)
+        meta_model = build_on_meta(name, pretrained_cfg_overlay=overlay, **args)
     except (ValueError, TypeError) as err:
         raise ConversionError(f"the shapes describe a model timm cannot build ({name} with {args}): {err}") from None
 
@@ -138,10 +157,6 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
     if unexpected:
         raise ConversionError(f"unexpected keys (no place for them in {name}, {arch.describe()}): "
                               f"{_list(unexpected)}", checkpoint.path)
-    return ConversionPlan(fmt, arch, name, args, tuple(target_size), meta_model, targets, ignored)
+    return ConversionPlan(fmt, arch, name, args, tuple(target_size), meta_model, targets, ignored,
+                          list(labels) if labels is not None else None)
 
-
-def _variant_heads(name: str) -> int:
-    from ..models.variants import ARCHITECTURES
-
-    return ARCHITECTURES[name]["num_heads"]

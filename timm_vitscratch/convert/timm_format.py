@@ -1,33 +1,66 @@
-"""timm ViT / DeiT state dicts. Our parameter names are timm's classic names, so the key map is the identity.
+"""timm ViT / DeiT state dicts. Our parameter names are timm's names, so the key map is the identity.
 
-Newer timm ViT features that have no counterpart in our model are refused by name: register tokens,
-layer scale (unless every gamma is exactly 1), a pre-transformer norm, ``fc_norm``, qk-norm, scale
-norms, attention-pool heads.
+timm's newer options (register tokens, LayerScale, ``no_embed_class``, ``norm_pre``, ``fc_norm``,
+qk-norm, ``map`` pooling, no class token) are read from key names and shapes and recorded as
+``model_args``, when the model can express them. Features it cannot hold are refused by name. Heads
+come from a timm ``config.json`` beside the weights or a train.py checkpoint's ``args``.
 """
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
 from ..errors import ConversionError
+from ..models.variants import ARCHITECTURES
 from .checkpoint import Checkpoint
-from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
+from .formats import (
+    Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init,
+)
 from .keymap import KeyMap, Rule
-from .architecture import Arch
+from .architecture import Arch, _constructor_defaults
 
-#: key patterns of timm ViT features our model does not have -> what the feature is
-UNSUPPORTED = (
-    (r"^reg_token$", "register tokens (reg_token)"),
-    (r"^norm_pre\.", "a norm before the transformer blocks (norm_pre, as in CLIP ViTs)"),
-    (r"^fc_norm\.", "a norm after pooling (fc_norm)"),
-    (r"\.attn\.(q_norm|k_norm)\.", "qk-norm (attn.q_norm / attn.k_norm)"),
-    (r"\.(attn\.norm|mlp\.norm)\.", "scale norms inside attention/MLP (attn.norm / mlp.norm)"),
-    (r"^attn_pool\.", "an attention-pooling (MAP) head"),
-    (r"^patch_embed\.norm\.", "a norm in the patch embedding"),
+#: key patterns of timm ViT features -> (the constructor option that holds them, what the feature is)
+OPTIONAL_FEATURES = (
+    (r"^reg_token$", "reg_tokens", "register tokens (reg_token)"),
+    (r"^norm_pre\.", "pre_norm", "a norm before the transformer blocks (norm_pre, as in CLIP ViTs)"),
+    (r"^fc_norm\.", "fc_norm", "a norm after pooling (fc_norm)"),
+    (r"\.attn\.(q_norm|k_norm)\.", "qk_norm", "qk-norm (attn.q_norm / attn.k_norm)"),
+    (r"^attn_pool\.", "global_pool", "an attention-pooling (MAP) head"),
+    (r"\.(ls[12]\.gamma|gamma_[12])$", "init_values", "layer scale (ls1.gamma / ls2.gamma)"),
+    (r"\.(attn\.norm|mlp\.norm)\.", None, "scale norms inside attention/MLP (attn.norm / mlp.norm)"),
+    (r"^patch_embed\.norm\.", None, "a norm in the patch embedding"),
 )
 LAYER_SCALE = re.compile(r"^blocks\.\d+\.(ls[12]\.gamma|gamma_[12])$")
+#: init_values recorded for a LayerScale checkpoint: any value builds the gammas, which are then loaded
+LAYER_SCALE_INIT = 1e-5
+#: preprocessing fields of a timm config.json's pretrained_cfg that a re-conversion keeps
+KEPT_CFG = ("mean", "std", "interpolation", "crop_pct", "crop_mode", "license", "origin_url", "paper_ids",
+            "paper_name", "notes")
+
+
+def _is_square(n: int) -> bool:
+    return n > 0 and math.isqrt(n) ** 2 == n
+
+
+def heads_of(architecture: Any, kwargs: Dict[str, Any]) -> Optional[int]:
+    """The head count of a registered timm model name (ours or timm's) built with ``kwargs``."""
+    if isinstance(kwargs.get("num_heads"), int):
+        return kwargs["num_heads"]
+    if architecture in ARCHITECTURES:
+        return ARCHITECTURES[architecture]["num_heads"]
+    import timm
+
+    if not isinstance(architecture, str) or not timm.is_model(architecture):
+        return None
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(architecture, **{k: v for k, v in kwargs.items() if k != "pretrained"})
+        return int(model.blocks[0].attn.num_heads)
+    except Exception:  # a name or kwargs timm cannot build here: the heads stay unknown
+        return None
 
 
 class TimmFormat(SourceFormat):
@@ -47,12 +80,15 @@ class TimmFormat(SourceFormat):
 
     def ignorable_keys(self, checkpoint: Checkpoint) -> Set[str]:
         keys = checkpoint.keys()
-        for pattern, feature in UNSUPPORTED:
+        accepted = _constructor_defaults()
+        for pattern, option, feature in OPTIONAL_FEATURES:
             hits = [k for k in keys if re.search(pattern, k)]
-            if hits:
+            if hits and option != "init_values" and option not in accepted:
                 raise ConversionError(f"this timm model has {feature} ({hits[0]!r}), which the scratch ViT does not "
-                                      f"have; only classic ViT / DeiT checkpoints convert", checkpoint.path)
+                                      f"have", checkpoint.path)
         ignorable = set()
+        if "init_values" in accepted:
+            return ignorable
         for key in (k for k in keys if LAYER_SCALE.match(k)):
             gamma = checkpoint.tensor(key)
             if not torch.all(gamma == 1):
@@ -61,7 +97,65 @@ class TimmFormat(SourceFormat):
             ignorable.add(key)  # a gamma of exactly 1 is the identity
         return ignorable
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+    def options(self, shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Any]:
+        accepted = _constructor_defaults()
+        found: Dict[str, Any] = {}
+        if "reg_token" in shapes:
+            found["reg_tokens"] = shapes["reg_token"][1]
+        if "cls_token" not in shapes:
+            found["class_token"] = False
+        prefix = (0 if "cls_token" not in shapes else 1) + ("dist_token" in shapes) + found.get("reg_tokens", 0)
+        tokens = shapes.get("pos_embed", (1, 0))[1]
+        if prefix and _is_square(tokens) and not _is_square(tokens - prefix):
+            found["no_embed_class"] = True
+        if "norm_pre.weight" in shapes:
+            found["pre_norm"] = True
+        if "attn_pool.latent" in shapes:
+            found["global_pool"] = "map"
+        elif "fc_norm.weight" in shapes or "cls_token" not in shapes:
+            found["global_pool"] = "avg"
+        if "norm.weight" not in shapes and "fc_norm.weight" not in shapes:
+            found["final_norm"] = False
+        if "blocks.0.attn.q_norm.weight" in shapes:
+            found["qk_norm"] = True
+        if "blocks.0.attn.qkv.weight" in shapes and "blocks.0.attn.qkv.bias" not in shapes:
+            found["qkv_bias"] = False
+        if "blocks.0.attn.proj.weight" in shapes and "blocks.0.attn.proj.bias" not in shapes:
+            found["proj_bias"] = False
+        if any(LAYER_SCALE.match(k) for k in shapes) and "init_values" in accepted:
+            found["init_values"] = LAYER_SCALE_INIT
+        return {k: v for k, v in found.items() if k in accepted}
+
+    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+        """Heads (and image size) from a timm config.json beside the weights or a train.py checkpoint's args."""
+        config, args = checkpoint.side_config, checkpoint.train_args
+        hints: Dict[str, Any] = {}
+        if "architecture" in config:
+            model_args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
+            heads = heads_of(config["architecture"], model_args)
+            if model_args.get("img_size") is not None:
+                hints["img_size"] = model_args["img_size"]
+        elif args.get("model"):
+            kwargs = args.get("model_kwargs") if isinstance(args.get("model_kwargs"), dict) else {}
+            heads = heads_of(args["model"], kwargs)
+        else:
+            heads = None
+        if heads:
+            hints["num_heads"] = heads
+        return hints
+
+    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+        cfg = checkpoint.side_config.get("pretrained_cfg")
+        if not isinstance(cfg, dict):
+            return {}
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items() if k in KEPT_CFG}
+
+    def label_names(self, checkpoint: Checkpoint) -> Optional[List[str]]:
+        config = checkpoint.side_config
+        names = config.get("label_names") or (config.get("pretrained_cfg") or {}).get("label_names")
+        return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
+
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> "Reference":
         from timm.models.deit import VisionTransformerDistilled
         from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
@@ -70,20 +164,20 @@ class TimmFormat(SourceFormat):
         model = without_init(
             cls, img_size=spec.img_size, patch_size=arch.patch_size, in_chans=arch.in_chans,
             num_classes=0 if arch.representation_size else arch.num_classes, embed_dim=arch.embed_dim,
-            depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_hidden / arch.embed_dim, qkv_bias=True,
+            depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_ratio, **timm_options(arch),
         )
-        state_dict = {k: v for k, v in checkpoint.state_dict().items() if not LAYER_SCALE.match(k)}
+        state_dict = checkpoint.state_dict()
+        if not arch.options.get("init_values"):  # identity gammas the scratch model drops
+            state_dict = {k: v for k, v in state_dict.items() if not LAYER_SCALE.match(k)}
         heads = {k: state_dict.pop(k) for k in list(state_dict) if k.startswith(("head.", "pre_logits."))
                  and arch.representation_size}
         model.load_state_dict(checkpoint_filter_fn(state_dict, model), strict=True)
         round_parameters(model.eval(), spec.round_to)
         if not arch.representation_size:
-            model.description = f"timm's {cls.__name__}"
-            return model
-        forward = representation_head(model, heads["pre_logits.fc.weight"], heads["pre_logits.fc.bias"],
-                                      heads.get("head.weight"), heads.get("head.bias"), spec.round_to)
-        forward.description = f"timm's {cls.__name__} + the checkpoint's representation layer"
-        return forward
+            return timm_reference(model, f"timm's {cls.__name__}")
+        return representation_head(model, heads["pre_logits.fc.weight"], heads["pre_logits.fc.bias"],
+                                   heads.get("head.weight"), heads.get("head.bias"), spec.round_to,
+                                   f"timm's {cls.__name__} + the checkpoint's representation layer")
 
     def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
         if arch.representation_size:
@@ -92,8 +186,13 @@ class TimmFormat(SourceFormat):
         return {key: Rule.rename(key) for key in keys}
 
 
+def timm_options(arch: Arch) -> Dict[str, Any]:
+    """timm VisionTransformer arguments for ``arch``'s options (the names are timm's own)."""
+    return {"qkv_bias": True, **arch.options}
+
+
 def representation_head(features_model: torch.nn.Module, fc_weight: torch.Tensor, fc_bias: torch.Tensor,
-                        head_weight: Any, head_bias: Any, round_to: Any) -> Forward:
+                        head_weight: Any, head_bias: Any, round_to: Any, description: str) -> Reference:
     """Reference for has_logits models whose library dropped the layer: pooled features -> Linear+Tanh -> head.
 
     ``features_model`` is the library's model built without a head (``num_classes=0``); the weights are
@@ -103,11 +202,13 @@ def representation_head(features_model: torch.nn.Module, fc_weight: torch.Tensor
     if round_to is not None:
         params = [p.to(round_to).float() for p in params]
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        hidden = torch.tanh(torch.nn.functional.linear(features_model(x), params[0], params[1]))
-        return torch.nn.functional.linear(hidden, params[2], params[3]) if len(params) == 4 else hidden
+    def features(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(torch.nn.functional.linear(features_model(x), params[0], params[1]))
 
-    return forward
+    def logits(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(features(x), params[2], params[3])
+
+    return Reference(features, logits if len(params) == 4 else None, description)
 
 
 FORMAT = register(TimmFormat())

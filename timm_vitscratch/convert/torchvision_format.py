@@ -12,7 +12,9 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
-from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters, without_init
+from .formats import (
+    Reference, ReferenceSpec, Resample, SourceFormat, classifier_input, register, round_parameters, without_init,
+)
 from .keymap import KeyMap, Rule, invert_renames, weight_and_bias
 from .architecture import Arch
 
@@ -56,7 +58,7 @@ class TorchvisionFormat(SourceFormat):
         return dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, interpolation="bilinear",
                     crop_pct=224 / 256)
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         from torchvision.models.vision_transformer import VisionTransformer, interpolate_embeddings
 
         arch = spec.arch
@@ -71,7 +73,10 @@ class TorchvisionFormat(SourceFormat):
         if spec.img_size != arch.img_size:
             state_dict = interpolate_embeddings(spec.img_size[0], arch.patch_size, state_dict)
         model.load_state_dict(state_dict, strict=True)
-        return round_parameters(model.eval(), spec.round_to)
+        round_parameters(model.eval(), spec.round_to)
+        # the classifier reads the representation layer's output when there is one
+        features = classifier_input(model, [model.heads.head], model)
+        return Reference(features, model, self.reference_name)
 
     def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
         if arch.distilled:

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
-from .formats import Forward, ReferenceSpec, Resample, SourceFormat, register, round_parameters
+from .formats import Reference, ReferenceSpec, Resample, SourceFormat, classifier_input, register, round_parameters
 from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
 
 PREFIXES = ("vit.", "deit.", "")
@@ -126,7 +126,7 @@ class TransformersFormat(SourceFormat):
             cfg["crop_pct"] = 1.0  # the processor resizes straight to the input size
         return cfg
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Forward:
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         import transformers
 
         keys = set(checkpoint.keys())
@@ -158,8 +158,12 @@ class TransformersFormat(SourceFormat):
             tokens = out.last_hidden_state
             return tokens[:, 0] if output == "cls" else (tokens[:, 0] + tokens[:, 1]) / 2
 
-        forward.description = f"transformers' {cls.__name__}"  # type: ignore[attr-defined]
-        return forward
+        description = f"transformers' {cls.__name__}"
+        if output != "logits":
+            return Reference(forward, None, description)
+        heads = [getattr(model, n) for n in ("classifier", "cls_classifier", "distillation_classifier")
+                 if hasattr(model, n)]
+        return Reference(classifier_input(model, heads, forward), forward, description)
 
     @staticmethod
     def _write_config(directory: Path, checkpoint: Checkpoint, arch: Any, prefix: str) -> None:

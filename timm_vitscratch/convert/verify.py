@@ -1,4 +1,9 @@
-"""Verification: the source model (built by its own library) and ours on one fixed random batch."""
+"""Verification: the source model (built by its own library) and ours on one fixed random batch.
+
+Both the pre-logit features (what the classifier reads) and the logits are compared. Logits that
+do not depend on the input (a zero-initialised head, say) cannot tell right weights from wrong ones,
+so a model whose logits are constant over the batch is never called verified.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,13 +24,26 @@ BATCH_SEED = 0
 
 @dataclass
 class Verification:
-    max_abs_diff: float
+    max_abs_diff: float  # the larger of the two below
+    features_diff: float
+    logits_diff: Optional[float]  # None when the model has no classifier
     tolerance: float
     reference: str  # which library built the source model
+    uninformative_logits: bool = False  # the logits are the same for every input
 
     @property
     def passed(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
+        return self.max_abs_diff <= self.tolerance and not self.uninformative_logits
+
+    def failure(self) -> str:
+        """Why verification failed, in one sentence."""
+        if self.max_abs_diff > self.tolerance:
+            return (f"max-abs-diff {self.max_abs_diff:.3g} (features {self.features_diff:.3g}, logits "
+                    f"{self.logits_diff if self.logits_diff is None else format(self.logits_diff, '.3g')}) between "
+                    f"our model and {self.reference} exceeds the tolerance {self.tolerance:g}")
+        return (f"the features match {self.reference} (max-abs-diff {self.features_diff:.3g}), but the logits are "
+                f"the same for every input (a zero or constant classifier?), so they cannot tell the weights apart; "
+                f"convert without --verify, or give a checkpoint whose classifier is trained")
 
 
 def fixed_batch(in_chans: int, img_size, batch: int = 2) -> torch.Tensor:
@@ -33,9 +51,22 @@ def fixed_batch(in_chans: int, img_size, batch: int = 2) -> torch.Tensor:
     return torch.randn(batch, in_chans, img_size[0], img_size[1], generator=generator)
 
 
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    return (a.float() - b.float()).abs().max().item()
+
+
+def constant_over_batch(logits: torch.Tensor) -> bool:
+    """True when every input gets the same logits (to within float rounding)."""
+    spread = (logits - logits[:1]).abs().max().item()
+    return spread <= 1e-6 * max(1.0, logits.abs().max().item())
+
+
 def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: Path,
                       round_to: Optional[torch.dtype], tolerance: float = DEFAULT_TOLERANCE) -> Verification:
-    """Max-abs-diff between the source library's model and ours loaded from ``model_dir`` (fp32, eval)."""
+    """Max-abs-diff of features and logits between the source library's model and ours loaded from
+    ``model_dir`` (fp32, eval)."""
     ours = timm.create_model(f"local-dir:{model_dir}", pretrained=True).float().eval()
     spec = ReferenceSpec(plan.arch, plan.img_size, round_to)
     try:
@@ -45,5 +76,11 @@ def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: P
                               f"({err}); install it or convert without --verify") from None
     x = fixed_batch(plan.arch.in_chans, plan.img_size)
     with torch.no_grad():
-        diff = (ours(x).float() - reference(x).float()).abs().max().item()
-    return Verification(diff, tolerance, getattr(reference, "description", plan.fmt.reference_name))
+        features = _diff(ours.forward_head(ours.forward_features(x), pre_logits=True), reference.features(x))
+        logits_diff, uninformative = None, False
+        if reference.logits is not None:
+            logits = ours(x)
+            logits_diff = _diff(logits, reference.logits(x))
+            uninformative = constant_over_batch(logits.float())
+    worst = max(features, logits_diff if logits_diff is not None else 0.0)
+    return Verification(worst, features, logits_diff, tolerance, reference.description, uninformative)

@@ -40,21 +40,52 @@ _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 
 
 def model_config(
-    model: nn.Module, weights_sha256: Optional[str] = None, source: Optional[Dict[str, Any]] = None
+    model: nn.Module, weights_sha256: Optional[str] = None, source: Optional[Dict[str, Any]] = None,
+    label_names: Optional[List[str]] = None,
 ) -> Dict[str, Any]:
-    """timm's Hub config for ``model`` (built by timm's ``save_config_for_hf``) plus our metadata."""
+    """timm's Hub config for ``model`` (built by timm's ``save_config_for_hf``) plus our metadata.
+
+    ``label_names`` go to the top level, where timm's ``push_to_hf_hub`` puts them.
+    """
+    extra: Dict[str, Any] = {}
+    if label_names:
+        extra["label_names"] = list(label_names)
     metadata: Dict[str, Any] = {}
     if weights_sha256 is not None:
         metadata["sha256"] = weights_sha256
     if source is not None:
         metadata["source"] = source
+    if metadata:
+        extra[METADATA_KEY] = metadata
     fd, tmp = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
-        save_config_for_hf(model, tmp, model_config={METADATA_KEY: metadata} if metadata else None)
+        save_config_for_hf(model, tmp, model_config=extra or None)
         return json.loads(Path(tmp).read_text())
     finally:
         os.unlink(tmp)
+
+
+def read_label_names(path: PathLike) -> List[str]:
+    """Label names, one per class index: a text file with one name per line, or an image folder whose
+    class sub-directories (sorted, as ``torchvision.datasets.ImageFolder`` and timm's readers order
+    them) are the classes."""
+    path = Path(path)
+    if path.is_dir():
+        names = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+        what = f"{path} has no class sub-directories (expected an image folder: one directory per class)"
+    elif path.is_file():
+        try:
+            names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError as err:
+            raise ModelDirectoryError(f"{path} is not UTF-8 text: {err}") from None
+        what = f"{path} holds no label names (expected one name per line)"
+    else:
+        raise ModelDirectoryError(f"{path} does not exist: expected a file of label names (one per line) or an "
+                                  f"image folder")
+    if not names:
+        raise ModelDirectoryError(what)
+    return names
 
 
 def write_config(directory: PathLike, config: Dict[str, Any]) -> Path:
@@ -97,6 +128,7 @@ def write_model_directory(
     produce: "Callable[[TensorSpec], torch.Tensor]",
     source: Optional[Dict[str, Any]] = None,
     written: "Optional[Callable[[TensorSpec], None]]" = None,
+    label_names: Optional[List[str]] = None,
 ) -> str:
     """Write ``model.safetensors`` (tensor by tensor: ``produce(spec)`` for each of ``specs``), then
     ``config.json`` describing ``model`` (which may live on ``meta``) with the weights' sha256.
@@ -108,11 +140,12 @@ def write_model_directory(
     from ..convert.writer import write_safetensors  # the convert package imports this module
 
     sha256 = write_safetensors(Path(directory) / WEIGHTS_NAME, specs, produce, written=written)
-    write_config(directory, model_config(model, weights_sha256=sha256, source=source))
+    write_config(directory, model_config(model, weights_sha256=sha256, source=source, label_names=label_names))
     return sha256
 
 
-def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None) -> Path:
+def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None,
+                         label_names: Optional[List[str]] = None) -> Path:
     """Write a model held in memory (DDP / ``torch.compile`` wrappers unwrapped) as a model directory.
 
     ``timm.create_model("local-dir:DIR", pretrained=True)`` rebuilds it from the config and loads the
@@ -125,7 +158,7 @@ def save_model_directory(model: nn.Module, directory: PathLike, source: Optional
     model = unwrap_model(model)  # a wrapper would prefix every key
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
     specs = [TensorSpec(name, tuple(tensor.shape), tensor.dtype) for name, tensor in state.items()]
-    write_model_directory(directory, model, specs, lambda spec: state[spec.name], source)
+    write_model_directory(directory, model, specs, lambda spec: state[spec.name], source, label_names=label_names)
     return directory
 
 

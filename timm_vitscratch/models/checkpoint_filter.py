@@ -1,26 +1,160 @@
-"""``checkpoint_filter_fn``: what timm's pretrained loading calls to adapt a checkpoint to the model."""
+"""One loader for every route a checkpoint takes into a model.
+
+``checkpoint_filter_fn`` is what timm's ``load_pretrained`` calls (``pretrained=True``, a
+``pretrained_cfg_overlay`` file or state dict, train.py's ``--pretrained-path``, ``local-dir:``,
+``hf-hub:``); :func:`remap_on_load` is a ``load_state_dict`` pre-hook for the routes that call
+``model.load_state_dict`` directly (timm's ``load_checkpoint``, train.py's ``--initial-checkpoint``);
+:func:`load_pretrained` reads a JAX ``.npz``. All three recognise every format ``vitscratch convert``
+reads and remap it with the converter's own key maps (``timm_vitscratch.convert``).
+
+After a load every tensor of the body comes from the checkpoint. Only a classifier (and a
+representation layer) the checkpoint does not have, or has at another size, is freshly initialised,
+and that is said in one logged line. What cannot be mapped is a ``ConversionError`` naming the keys.
+"""
 from __future__ import annotations
 
-from typing import Dict
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Set
 
 import torch
-from timm.layers import resample_abs_pos_embed
 from torch import nn
 
-from .vision_transformer import VisionTransformer
+if TYPE_CHECKING:
+    from ..convert.formats import SourceFormat
+
+_logger = logging.getLogger(__name__)
+#: the parts a load may initialise afresh: the classifier(s) and the representation layer
+HEAD_PREFIXES = ("head.", "head_dist.", "pre_logits.")
 
 
-def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTransformer) -> Dict[str, torch.Tensor]:
-    """Adapt a scratch/timm ViT state dict to ``model``: resample the position table to its grid."""
-    out = {}
-    for key, value in state_dict.items():
-        if key == "pos_embed":
-            if not isinstance(model.pos_embed, nn.Parameter):
-                continue  # a fixed sincos table is rebuilt, never loaded
-            if value.shape != model.pos_embed.shape:
-                value = resample_abs_pos_embed(
-                    value, new_size=list(model.patch_embed.grid_size),
-                    num_prefix_tokens=model.num_prefix_tokens,
-                )
-        out[key] = value
+def _shown(keys: List[str], limit: int = 6) -> str:
+    ordered = sorted(keys)
+    return ", ".join(repr(k) for k in ordered[:limit]) + (f", ... ({len(ordered)} in all)" if len(ordered) > limit
+                                                           else "")
+
+
+def _detect(checkpoint: Any, own: Set[str]) -> "SourceFormat":
+    from ..convert.formats import detect_format, formats
+    from ..errors import ConversionError
+
+    keys = set(checkpoint.keys())
+    if keys <= own:
+        return formats()["timm"]
+    try:
+        return detect_format(checkpoint)[0]
+    except ConversionError:
+        raise ConversionError(
+            f"cannot load this checkpoint: keys not recognised: {_shown(list(keys - own))}. Expected a scratch/timm "
+            f"ViT state dict or the layout of torchvision, Hugging Face transformers or Google's JAX ViT") from None
+
+
+def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
+    """A newly initialised classifier tensor: truncated normal (std .02) weights, zero biases."""
+    device = "cpu" if like.is_meta else like.device
+    tensor = torch.zeros(like.shape, dtype=like.dtype, device=device)
+    if name.endswith("weight"):
+        nn.init.trunc_normal_(tensor, std=0.02)
+    return tensor
+
+
+def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: "SourceFormat") -> torch.Tensor:
+    from timm.layers import resample_abs_pos_embed
+
+    prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
+    return resample_abs_pos_embed(value, new_size=list(model.patch_embed.grid_size), num_prefix_tokens=prefix,
+                                  **fmt.resample.kwargs())
+
+
+def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[str, torch.Tensor]:
+    """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present."""
+    from ..convert.checkpoint import StateDictCheckpoint
+    from ..convert.keymap import available
+    from ..errors import ConversionError
+
+    own = {k: v for k, v in model.state_dict().items()}
+    checkpoint = StateDictCheckpoint(state_dict)
+    keys = set(checkpoint.keys())
+    fmt = _detect(checkpoint, set(own))
+    ignored = fmt.ignorable_keys(checkpoint)
+    rules = fmt.key_map(keys, fmt.depth(keys))
+    out: Dict[str, torch.Tensor] = {}
+    used: Set[str] = set(ignored)
+    head_sources: Set[str] = set()
+    for target, rule in rules.items():
+        if target.startswith(HEAD_PREFIXES):
+            head_sources.update(rule.sources)
+        if target == "pos_embed" and target not in own and available(rule, keys):
+            used.update(rule.sources)  # a fixed (sincos) table is rebuilt, never loaded
+        if target not in own or not available(rule, keys):
+            continue
+        value = rule.op(*[checkpoint.tensor(s) for s in rule.sources])
+        if target == "pos_embed" and value.shape != own[target].shape:
+            value = _resample_pos_embed(value, model, fmt)
+        out[target] = value
+        used.update(rule.sources)
+    unmatched = sorted(keys - used - head_sources)
+    if unmatched:
+        raise ConversionError(f"cannot load this {fmt.name} checkpoint: keys with no place in the model: "
+                              f"{_shown(unmatched)}")
+    body = [k for k in own if not k.startswith(HEAD_PREFIXES)]
+    missing = [k for k in body if k not in out]
+    if missing:
+        raise ConversionError(f"cannot load this {fmt.name} checkpoint: it lacks {_shown(missing)}; a load never "
+                              f"leaves body weights random")
+    wrong = [f"{k} {tuple(out[k].shape)} (model: {tuple(own[k].shape)})" for k in body if out[k].shape != own[k].shape]
+    if wrong:
+        raise ConversionError(f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: "
+                              f"{'; '.join(wrong[:5])}")
+    fresh = [k for k in own if k.startswith(HEAD_PREFIXES) and (k not in out or out[k].shape != own[k].shape)]
+    for key in fresh:
+        out[key] = _fresh(own[key], key)
+    dropped = sorted(k for k in keys & head_sources if k not in used)
+    if fresh or dropped:
+        parts = sorted({k.rsplit(".", 1)[0] for k in fresh})
+        _logger.warning(
+            "loaded every body tensor from the %s checkpoint; freshly initialised: %s%s", fmt.name,
+            ", ".join(parts) or "nothing", f" (the checkpoint's {', '.join(sorted({k.rsplit('.', 1)[0] for k in dropped}))}"
+            " not used)" if dropped else "")
     return out
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, Any], model: nn.Module) -> Dict[str, torch.Tensor]:
+    """timm's pretrained filter: any format ``convert`` reads -> ``model``'s state dict (see the module doc)."""
+    return remap_state_dict(state_dict, model)
+
+
+def remap_on_load(module: nn.Module, state_dict: Dict[str, Any], prefix: str, local_metadata: Any, strict: bool,
+                  missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str]) -> None:
+    """``load_state_dict`` pre-hook: a foreign state dict is remapped in place before the model reads it.
+
+    A state dict in the model's own names passes untouched (the usual case costs one set comparison);
+    torch reports its missing or unexpected keys as ``strict`` asks (torch does not tell the hook).
+    """
+    own = set(module.state_dict())
+    mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    if set(mine) <= own or not mine:
+        return
+    from ..convert.checkpoint import StateDictCheckpoint
+
+    if _detect(StateDictCheckpoint(mine), own).name == "timm":
+        return  # our own names (with extras or gaps): torch reports them as ``strict`` asks
+    remapped = remap_state_dict(mine, module)
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        del state_dict[key]
+    state_dict.update({prefix + k: v for k, v in remapped.items()})
+
+
+def watch_foreign_checkpoints(model: nn.Module) -> nn.Module:
+    """Make ``model.load_state_dict`` accept every format ``convert`` reads (registers :func:`remap_on_load`)."""
+    model.register_load_state_dict_pre_hook(remap_on_load)
+    return model
+
+
+def load_pretrained(model: nn.Module, checkpoint_path: "os.PathLike[str] | str", prefix: str = "") -> None:
+    """timm's ``model.load_pretrained`` hook: load a JAX ``.npz`` (or any file ``convert`` reads)."""
+    from ..convert.checkpoint import open_checkpoint
+
+    with open_checkpoint(checkpoint_path) as checkpoint:
+        state_dict = {k: checkpoint.tensor(k).clone() for k in checkpoint.keys()}
+    model.load_state_dict(remap_state_dict(state_dict, model), strict=True)

@@ -24,8 +24,8 @@ def test_embed_dim_not_divisible_by_heads():
 
 
 def test_unknown_global_pool():
-    with pytest.raises(ValueError, match=r"global_pool must be one of .*'max'"):
-        tiny(global_pool="max")
+    with pytest.raises(ValueError, match=r"global_pool must be one of .*'avgmax'"):
+        tiny(global_pool="gem")
     model = tiny()
     with pytest.raises(ValueError, match="global_pool"):
         model.reset_classifier(3, global_pool="gem")

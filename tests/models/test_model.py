@@ -35,15 +35,15 @@ def test_drop_path_rates_rise_linearly_over_depth():
 
 
 def test_dropout_rates_reach_every_layer():
-    model = tiny(drop_rate=0.1, attn_drop_rate=0.2)
-    assert model.pos_drop.p == 0.1
+    model = tiny(drop_rate=0.3, pos_drop_rate=0.1, proj_drop_rate=0.15, attn_drop_rate=0.2)
+    assert model.head_drop.p == 0.3 and model.pos_drop.p == 0.1
     block = model.blocks[0]
-    assert block.attn.attn_drop.p == 0.2 and block.attn.proj_drop.p == 0.1
-    assert block.mlp.drop1.p == 0.1 and block.mlp.drop2.p == 0.1
+    assert block.attn.attn_drop.p == 0.2 and block.attn.proj_drop.p == 0.15
+    assert block.mlp.drop1.p == 0.15 and block.mlp.drop2.p == 0.15
 
 
 def test_distilled_training_returns_pair_eval_returns_mean():
-    model = tiny("scratch_deit_ti16_distilled", num_classes=7)
+    model = tiny("scratch_deit_ti16_distilled", num_classes=7, distilled_training=True)
     x = torch.randn(3, 3, 32, 32)
     model.eval()
     with torch.no_grad():
@@ -60,8 +60,15 @@ def test_distilled_training_returns_pair_eval_returns_mean():
     model.set_distilled_training(False)
     with torch.no_grad():
         assert torch.allclose(model(x), mean)
-    assert not tiny("scratch_deit_ti16_distilled", distilled_training=False).distilled_training
+    assert not tiny("scratch_deit_ti16_distilled").distilled_training  # timm's DeiT default
     assert isinstance(model.get_classifier(), tuple)
+
+
+def test_distilled_variant_trains_on_one_tensor_by_default():
+    """train.py without a teacher: the default training forward returns the logits tensor."""
+    model = timm.create_model("scratch_deit_ti16_distilled", img_size=32, depth=1).train()
+    out = model(torch.randn(2, 3, 32, 32))
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 1000)
 
 
 def test_distilled_training_needs_a_distillation_head():
@@ -119,7 +126,8 @@ def test_avg_pool_excludes_prefix_tokens():
     model = tiny(num_classes=0, global_pool="avg").eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        assert torch.allclose(model(x), model.forward_features(x)[:, 1:].mean(1))
+        # as timm: the final norm moves after the pooling (fc_norm) for 'avg'
+        assert torch.allclose(model(x), model.fc_norm(model.forward_features(x)[:, 1:].mean(1)), atol=1e-6)
 
 
 def test_reset_classifier():
@@ -245,7 +253,7 @@ def test_torch_export_and_fx_trace():
         assert torch.allclose(exported(x), expected, atol=1e-6)
         traced = torch.fx.symbolic_trace(model)
         # traced, forward computes every token of the last block (feature extractors name its
-        # nodes), eager forward only the pooled ones: same function, rounding may differ
+        # nodes), eager forward only the pooled one: same function, rounding may differ
         assert torch.allclose(traced(x), expected, atol=1e-6)
 
 
@@ -268,8 +276,8 @@ def test_forward_equals_forward_head_of_forward_features():
             assert torch.allclose(pooled, model.forward_features(x)[:, :model.num_prefix_tokens], atol=1e-6)
 
 
-def test_hooks_on_the_last_block_and_norm_see_every_token():
-    model = tiny().eval()
+def test_hooks_see_every_token_with_pooled_forward_off():
+    model = tiny(pooled_forward=False).eval()
     seen = []
     for module in (model.blocks[-1], model.blocks[-1].mlp.fc2, model.norm):
         handle = module.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))

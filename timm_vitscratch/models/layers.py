@@ -39,17 +39,15 @@ def check_image_shape(
     unless ``pad`` (the image is padded up to one). A wrapped function: FX tracing records one
     call instead of tracing shape checks.
     """
-    if x.dim() != 4 or x.shape[1] != in_chans:
-        raise ValueError(f"expected input of shape (batch, {in_chans}, height, width), got {list(x.shape)}")
-    if strict:
-        if x.shape[2] != img_size[0] or x.shape[3] != img_size[1]:
-            raise ValueError(f"expected input of shape (batch, {in_chans}, {img_size[0]}, {img_size[1]}) "
-                             f"(batch, channels, height, width), got {list(x.shape)}; build with "
-                             f"dynamic_img_size=True or call set_input_size() for other sizes")
-    elif not pad:
-        if x.shape[2] % patch_size[0] != 0 or x.shape[3] % patch_size[1] != 0:
-            raise ValueError(f"input height and width must be multiples of the patch size {list(patch_size)}, "
-                             f"got {list(x.shape)}; build with dynamic_img_pad=True to pad")
+    expected = f"(batch, {in_chans}, {img_size[0]}, {img_size[1]})" if strict else f"(batch, {in_chans}, height, width)"
+    if x.dim() != 4 or x.shape[1] != in_chans or (strict and (x.shape[2] != img_size[0] or x.shape[3] != img_size[1])):
+        shape = ", ".join([str(size) for size in x.shape])
+        raise ValueError(f"expected input of shape {expected} (batch, channels, height, width), got ({shape})"
+                         + ("; build with dynamic_img_size=True or call set_input_size() for other sizes"
+                            if strict else ""))
+    if not strict and not pad and (x.shape[2] % patch_size[0] != 0 or x.shape[3] % patch_size[1] != 0):
+        raise ValueError(f"input height and width must be multiples of the patch size ({patch_size[0]}, "
+                         f"{patch_size[1]}), got {x.shape[2]}x{x.shape[3]}; build with dynamic_img_pad=True to pad")
     return x
 
 

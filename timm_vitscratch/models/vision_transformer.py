@@ -150,7 +150,7 @@ class VisionTransformer(nn.Module):
         self.weight_init_mode = weight_init
         self.grad_checkpointing = False
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
-        self.load_device: Optional[torch.device] = None
+        self.load_device = None  # a torch.device or None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
         # CLIP-style pre-norm models have no patch bias (timm's convention)

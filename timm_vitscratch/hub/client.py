@@ -191,7 +191,8 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
     Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
     if they are damaged again the pull fails and the damaged copy is removed from the cache.
     Pulls into one ``out_dir`` may run at once (they take turns to install, under a lock on the parent
-    directory), and a pull cleans up what an earlier, killed pull into ``out_dir`` left behind.
+    directory), and a pull cleans up what an earlier, killed pull into ``out_dir`` left behind, its
+    partial download of the repo in the cache included.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():

@@ -262,10 +262,11 @@ def test_failed_verification_writes_nothing(tmp_path, vit_file, monkeypatch):
     reference = timm_format.TimmFormat.reference
 
     def off_by_a_bit(self, checkpoint, spec):
-        model = reference(self, checkpoint, spec)
+        source = reference(self, checkpoint, spec)
+        model = source.logits
         with torch.no_grad():
             model.head.bias.add_(1e-3)
-        return model
+        return source
 
     monkeypatch.setattr(timm_format.TimmFormat, "reference", off_by_a_bit)
     with pytest.raises(VerificationError, match=r"max-abs-diff 0\.001 .* exceeds the tolerance 0\.0001"):

@@ -108,7 +108,7 @@ def test_export_refuses_a_tampered_weights_file(tmp_path):
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
-    with pytest.raises(ConversionError, match="does not match the sha256"):
+    with pytest.raises(ConversionError, match="these are not the weights the config describes"):
         export(model_dir, "timm", tmp_path / "x.safetensors")
 
 

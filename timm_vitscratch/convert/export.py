@@ -1,23 +1,20 @@
 """``export()``: a scratch model directory -> a stock timm / torchvision state dict or Google's JAX ``.npz``."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Union
 
 import torch
 
-from ..models.build import build_on_meta
 from ..errors import ConversionError, ModelDirectoryError
-from ..files import PathLike, sha256_file
-from ..hub.model_dir import METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config
-from ..models.variants import ARCHITECTURES
+from ..files import PathLike
+from ..hub.model_dir import WEIGHTS_NAME, check_model_directory
 from .checkpoint import open_checkpoint
 from .formats import formats
 from .keymap import available
 from .plan import meta_output, parse_dtype
-from .architecture import Arch
+from .architecture import describe_model
 from .writer import TensorSpec, write_npz, write_safetensors, write_torch
 
 EXPORT_TARGETS = ("timm", "torchvision", "jax")
@@ -32,42 +29,13 @@ class ExportResult:
     notes: List[str]
 
 
-def arch_of(model: torch.nn.Module) -> Arch:
-    """The architecture facts of one of our models (built on meta)."""
-    embed = model.patch_embed.proj.weight.shape
-    return Arch(
-        patch_size=model.patch_embed.patch_size[0], embed_dim=embed[0], depth=len(model.blocks),
-        num_heads=model.blocks[0].attn.num_heads, in_chans=embed[1], grid=model.patch_embed.grid_size,
-        num_classes=model.num_classes,
-        representation_size=model.pre_logits.fc.out_features if hasattr(model.pre_logits, "fc") else None,
-        distilled=model.distilled, mlp_hidden=model.blocks[0].mlp.fc1.out_features, norm_eps=model.norm.eps,
-    )
-
-
 def _load_model_dir(model_dir: Path):
+    """The one model-directory check (``hub.model_dir.check_model_directory``), as a ConversionError."""
     try:
-        config = read_config(model_dir)
-    except (FileNotFoundError, ValueError) as err:
-        raise ConversionError(str(err)) from None
-    weights = model_dir / WEIGHTS_NAME
-    name = config.get("architecture")
-    if name in ARCHITECTURES and not weights.is_file():
-        raise ConversionError(f"{WEIGHTS_NAME} not found", model_dir)
-    try:
-        with open_checkpoint(weights) if weights.is_file() else contextlib.nullcontext() as checkpoint:
-            names = checkpoint.keys() if checkpoint is not None else []
-        name, kwargs = config_model_args(config, names, str(model_dir))
+        config, model = check_model_directory(model_dir, require_sha256=False)
     except ModelDirectoryError as err:
         raise ConversionError(str(err)) from None
-    expected = config.get(METADATA_KEY, {}).get("sha256")
-    if expected and sha256_file(weights) != expected:
-        raise ConversionError(f"{WEIGHTS_NAME} does not match the sha256 recorded in config.json (changed or "
-                              f"corrupt since it was written)", weights)
-    try:
-        model = build_on_meta(name, **kwargs)
-    except Exception as err:  # any argument the model rejects, however it rejects it
-        raise ConversionError(f"config.json's model_args do not build {name}: {err}", model_dir) from None
-    return name, model, weights
+    return config["architecture"], model, model_dir / WEIGHTS_NAME
 
 
 def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.dtype, None] = None) -> ExportResult:
@@ -85,7 +53,7 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.
         raise ConversionError(f"{to} export writes {' or '.join(fmt.export_suffixes)} files; got {out.name!r}", out)
     out_dtype = parse_dtype(dtype)
     name, model, weights = _load_model_dir(model_dir)
-    arch = arch_of(model)
+    arch = describe_model(model)
     notes = []
     if to != "timm" and model.global_pool != "token":
         raise ConversionError(f"{fmt.library} classifies from the class token; this model pools with "

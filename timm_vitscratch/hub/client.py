@@ -30,16 +30,14 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it (httpx2 in 2.x)
-from safetensors import safe_open
 from timm.models import load_model_config_from_hf, split_model_name_tag
 from torch import nn
 
-from ..models.build import build_on_meta
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, current_umask, sha256_file
 from .model_dir import (  # noqa: F401  (save_model_directory: also importable from here)
-    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, config_model_args, read_config, save_model_directory,
-    write_config,
+    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, check_model_directory, read_config,
+    save_model_directory, write_config,
 )
 from .model_card import model_card
 from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
@@ -50,72 +48,6 @@ DEFAULT_BRANCH = "main"
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 #: transport errors of a connection that was open and then lost (rather than never made)
 _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-
-
-# --- the model directory ---------------------------------------------------------------------------
-def check_model_directory(directory: PathLike, require_sha256: bool = True,
-                          label: Optional[str] = None) -> Tuple[Dict[str, Any], nn.Module]:
-    """Check that ``directory`` holds weights for a registered architecture, as its config says.
-
-    Returns the config and the model built from it on ``meta`` (no memory). Raises
-    :class:`ModelDirectoryError` naming what is wrong: a missing or damaged file, an architecture the
-    plugin does not register, tensors that do not fit the architecture, or a sha256 that does not match.
-    Only the safetensors header is parsed (by the safetensors library, which bounds it) before the
-    sha256 is computed; nothing in either file is executed.
-    """
-    directory = Path(directory)
-    label = label or str(directory)
-    try:
-        config = read_config(directory)
-    except (FileNotFoundError, ModelDirectoryError) as err:
-        raise ModelDirectoryError(f"{label}: {err}") from None
-    weights = directory / WEIGHTS_NAME
-    if not weights.is_file():
-        raise ModelDirectoryError(f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    found = _tensor_shapes(weights, label)
-    architecture, kwargs = config_model_args(config, found, label)
-    model = _meta_model(architecture, kwargs, label)
-    _check_tensors(found, model, label)
-    expected = config.get(METADATA_KEY, {}).get("sha256")
-    if expected is None:
-        if require_sha256:
-            raise ModelDirectoryError(f"{label}: {CONFIG_NAME} has no '{METADATA_KEY}.sha256', so {WEIGHTS_NAME} "
-                                      "cannot be verified; push it with `vitscratch push`, which records it")
-    else:
-        actual = sha256_file(weights)
-        if actual != expected:
-            raise ModelDirectoryError(
-                f"{label}: {WEIGHTS_NAME} has sha256 {actual}, but {CONFIG_NAME} says {expected}: "
-                "these are not the weights the config describes")
-    return config, model
-
-
-def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:
-    try:
-        return build_on_meta(architecture, **kwargs)
-    except Exception as err:  # any argument the model rejects, however it rejects it
-        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args {kwargs} do not build "
-                                  f"{architecture}: {type(err).__name__}: {err}") from None
-
-
-def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[int, ...]]:
-    """Names and shapes from the safetensors header (validated by the library; no tensor is read)."""
-    try:
-        with safe_open(str(weights), framework="pt") as handle:
-            return {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
-    except Exception as err:  # safetensors raises its own error types for a damaged header
-        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
-
-
-def _check_tensors(found: Dict[str, Tuple[int, ...]], model: nn.Module, label: str) -> None:
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    problems = [f"missing {k}" for k in expected if k not in found]
-    problems += [f"unexpected {k}" for k in found if k not in expected]
-    problems += [f"{k}: {found[k]} where the architecture needs {v}" for k, v in expected.items()
-                 if k in found and found[k] != v]
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
-        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} does not fit the architecture in {CONFIG_NAME}: {shown}")
 
 
 # --- push ------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any, Dict
 from timm.models._hub import generate_readme  # timm's own card layout (YAML metadata + sections)
 from torch import nn
 
+from ..convert.architecture import describe_model
 from ..inspect.counts import leaf_module_param_count, true_param_count
 from .model_dir import METADATA_KEY
 
@@ -15,15 +16,13 @@ TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
 
 def architecture_line(config: Dict[str, Any], model: nn.Module) -> str:
     """``scratch_vit_b16: patch 16, embed_dim 768, depth 12, heads 12, 224x224, 1000 classes``."""
-    patch = model.patch_embed.patch_size
-    height, width = model.patch_embed.img_size
-    parts = [f"patch {patch[0] if patch[0] == patch[1] else tuple(patch)}", f"embed_dim {model.embed_dim}",
-             f"depth {len(model.blocks)}", f"heads {model.blocks[0].attn.num_heads}", f"{height}x{width}",
-             f"{model.num_classes} classes"]
-    if model.distilled:
+    arch = describe_model(model)
+    parts = [f"patch {arch.patch_size}", f"embed_dim {arch.embed_dim}", f"depth {arch.depth}",
+             f"heads {arch.num_heads}", f"{arch.img_size[0]}x{arch.img_size[1]}", f"{arch.num_classes} classes"]
+    if arch.distilled:
         parts.append("distillation token + head_dist (DeiT)")
-    elif not isinstance(model.pre_logits, nn.Identity):
-        parts.append(f"representation layer {model.head_hidden_size} (has_logits)")
+    elif arch.representation_size:
+        parts.append(f"representation layer {arch.representation_size} (has_logits)")
     return f"{config['architecture']}: " + ", ".join(parts)
 
 

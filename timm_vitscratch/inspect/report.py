@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from torch import nn
 
+from ..convert.architecture import describe_model
 from ..models.build import build_on_meta
 from .counts import (
     analytic_param_count, block_param_breakdown, block_param_formula, block_part_formulas, 
@@ -44,13 +45,14 @@ def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = No
 
 
 def _describe(model: nn.Module, model_name: str, batch: int) -> Dict[str, Any]:
+    arch = describe_model(model)
     embed = model.patch_embed
     return OrderedDict(
         name=model_name, img_size=list(embed.img_size), patch_size=list(embed.patch_size),
-        in_chans=embed.in_chans, num_patches=embed.num_patches, prefix_tokens=model.num_prefix_tokens,
-        tokens=embed.num_patches + model.num_prefix_tokens, embed_dim=model.embed_dim,
-        depth=len(model.blocks), num_heads=model.blocks[0].attn.num_heads,
-        mlp_hidden=model.blocks[0].mlp.fc1.out_features, num_classes=model.num_classes, batch=batch)
+        in_chans=arch.in_chans, num_patches=embed.num_patches, prefix_tokens=model.num_prefix_tokens,
+        tokens=embed.num_patches + model.num_prefix_tokens, embed_dim=arch.embed_dim,
+        depth=arch.depth, num_heads=arch.num_heads, mlp_hidden=arch.mlp_hidden, num_classes=arch.num_classes,
+        batch=batch)
 
 
 def _tally(model: nn.Module) -> Dict[str, Any]:

@@ -10,12 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import timm
-import torch
-import torchvision
-
-import timm_vitscratch
-from timing import paired_ratio
+# torch, timm and the models are imported where a run needs them: rendering a results file
+# (render_results.py, the docs' checked blocks) needs only the JSON
 
 Samples = Dict[str, Dict[str, List[float]]]
 
@@ -41,6 +37,7 @@ def _base(contestants: Sequence[str]) -> str:
 
 def throughput_record(kind: str, variant: str, batch: int, samples: Samples, contestants: Sequence[str]) -> Dict[str, Any]:
     """img/s medians and ours/peer throughput ratios (> 1: ours is faster)."""
+    from timing import paired_ratio
     times = {name: samples[name]["time"] for name in contestants}
     base = _base(contestants)
     return {
@@ -72,6 +69,7 @@ def ceiling_fraction(samples: Samples, batch: int, flops_per_image: int, size: i
 
 def duration_record(kind: str, variant: str, samples: Samples, contestants: Sequence[str]) -> Dict[str, Any]:
     """Median seconds and ours/peer time ratios (< 1: ours is quicker); extra named durations too."""
+    from timing import paired_ratio
     base = _base(contestants)
     record: Dict[str, Any] = {
         "kind": kind, "variant": variant, "unit": "s", "better": "lower",
@@ -132,6 +130,12 @@ def _cpu_model() -> str:
 
 
 def machine_info(args) -> Dict[str, Any]:
+    import timm
+    import torch
+    import torchvision
+
+    import timm_vitscratch
+
     info = {
         "cpu": _cpu_model(), "cores": os.cpu_count(), "threads": args.threads, "device": str(args.device),
         "torch": torch.__version__, "timm": timm.__version__, "torchvision": torchvision.__version__,
@@ -290,6 +294,8 @@ def render(json_path: Path) -> List[Path]:
 def appended(json_path: Path, machine: Dict[str, Any], settings: Dict[str, Any],
              records: List[Dict[str, Any]]) -> Tuple[Dict[str, Any], Dict[str, Any], List[Dict[str, Any]]]:
     """An earlier results file with this run added: records concatenated, each run's date and load kept."""
+    import torch
+
     earlier = json.loads(Path(json_path).read_text())
     same = ("cpu", "threads", "device", "torch", "timm", "torchvision")
     if any(earlier["machine"].get(k) != str(machine.get(k)) and earlier["machine"].get(k) != machine.get(k)
@@ -312,6 +318,8 @@ def _run_summary(machine: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str,
 def write(out: Path, name: str, machine: Dict[str, Any], args: Dict[str, Any],
           records: List[Dict[str, Any]]) -> List[Path]:
     """``name``.json (everything), ``name``.md (the tables) and ``name``.png (if any curve exists)."""
+    import torch
+
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / f"{name}.json", out / f"{name}.md"
     settings = {k: (str(v) if isinstance(v, (Path, torch.device)) else v) for k, v in args.items()}

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import timm
 import torch
 import torchvision
-from safetensors.torch import save_file
 from timm.data import ImageNetInfo, resolve_data_config
 from timm.models import get_pretrained_cfg
 
 import timm_vitscratch  # noqa: F401  (registers the zoo)
-from tests.support.hub_fixtures import use_hub
+from tests.support import pretrained_caches
+from tests.support.pretrained_caches import lay_in_hf_cache, lay_in_torch_cache, save_safetensors
 from tests.support.sources import TOL, batch, hf_legacy_state_dict, logits, max_diff, randomized
 
-REVISION = "0123456789abcdef0123456789abcdef01234567"
 #: google/vit-*-in21k's preprocessor_config.json, byte for byte as the repos hold it
 GOOGLE_PREPROCESSOR = '{"do_normalize": true, "do_resize": true, "image_mean": [0.5, 0.5, 0.5], ' \
                       '"image_std": [0.5, 0.5, 0.5], "size": 224}'
@@ -31,27 +29,7 @@ GOOGLE_PREPROCESSOR = '{"do_normalize": true, "do_resize": true, "image_mean": [
 
 @pytest.fixture
 def offline_caches(tmp_path, monkeypatch):
-    """Empty HF and torch caches for this test; no network (offline, and an endpoint nobody answers)."""
-    use_hub(monkeypatch, "http://127.0.0.1:9", tmp_path / "hf", offline=True)
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    return tmp_path
-
-
-def lay_in_hf_cache(root: Path, repo_id: str, files: dict) -> Path:
-    """Write ``files`` ({name: writer(path)}) where ``hf_hub_download`` puts them: snapshots/<rev>/ + refs/main."""
-    repo = root / "hf" / "hub" / ("models--" + repo_id.replace("/", "--"))
-    snapshot = repo / "snapshots" / REVISION
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(REVISION)
-    for name, write in files.items():
-        write(snapshot / name)
-    return snapshot
-
-
-def save_safetensors(state_dict):
-    return lambda path: save_file({k: v.contiguous() for k, v in state_dict.items()}, str(path),
-                                  metadata={"format": "pt"})
+    return pretrained_caches.offline_caches(tmp_path, monkeypatch)
 
 
 def assert_timm_preprocessing(ours, timm_name: str):
@@ -69,6 +47,9 @@ def test_timm_repo_tag_loads_timm_weights(offline_caches):
     x = batch(224, n=1)
     assert max_diff(logits(model, x), logits(source, x)) <= TOL
     assert_timm_preprocessing(model, timm_name)
+    bare = timm.create_model("scratch_vit_ti16", pretrained=True).eval()  # the default tag, as timm's bare names
+    assert max_diff(logits(bare, x), logits(source, x)) <= TOL
+    assert bare.pretrained_cfg["tag"] == "augreg_in21k_ft_in1k"
     assert model.pretrained_cfg["label_names"] == tuple(ImageNetInfo("imagenet-1k").label_names())
 
 
@@ -86,9 +67,7 @@ def test_deit_distilled_tag_loads_timm_deit(offline_caches):
 def test_torchvision_url_tag_loads_torchvision_weights(offline_caches):
     tag, weights = "scratch_vit_b32.tv_in1k", torchvision.models.ViT_B_32_Weights.IMAGENET1K_V1
     source = randomized(lambda: torchvision.models.vit_b_32())
-    checkpoints = offline_caches / "torch" / "hub" / "checkpoints"
-    checkpoints.mkdir(parents=True)
-    torch.save(source.state_dict(), checkpoints / weights.url.rsplit("/", 1)[-1])
+    torch.save(source.state_dict(), lay_in_torch_cache(offline_caches, weights.url))
     model = timm.create_model(tag, pretrained=True).eval()
     x = batch(224, n=1)
     assert max_diff(logits(model, x), logits(source, x)) <= TOL

@@ -110,3 +110,40 @@ def test_model_card_shows_the_tags_published_facts():
     assert f"**Published ImageNet-1k top-1:** {weights.meta['_metrics']['ImageNet-1K']['acc@1']}" in card
     assert "input 512x512, bicubic resize, crop_pct 1.0" in card
     assert "arXiv:2201.08371" in card and "**License:** cc-by-nc-4.0" in card
+
+
+def _tags_of(variant):
+    return [t.split(".", 1)[1] for t in pretrained_tags() if t.split(".")[0] == variant]
+
+
+@pytest.mark.parametrize("variant", sorted(ARCHITECTURES))
+def test_timm_tags_keep_timms_order_and_the_bare_name_is_the_default_tags(variant):
+    timm_tags = [t for t in pretrained_tags() if t.split(".")[0] == variant and t in TIMM_TAGS]
+    theirs = list(timm.models.get_arch_pretrained_cfgs(TIMM_TAGS[timm_tags[0]])) if timm_tags else []
+    assert [TIMM_TAGS[t] for t in timm_tags] == [n for n in theirs if n in TIMM_TAGS.values()]
+    default = timm.models.get_pretrained_cfg(variant)
+    if default.tag is None:  # no tag keeps the variant's architecture: the bare name has no weights
+        assert not default.has_weights
+        assert all(get_pretrained_cfg(f"{variant}.{t}").num_classes != default.num_classes for t in _tags_of(variant))
+        return
+    assert default == get_pretrained_cfg(f"{variant}.{default.tag}")  # timm's rule: the bare name is the first tag
+    with torch.device("meta"):
+        assert timm.create_model(variant).pretrained_cfg["tag"] == default.tag
+    timm_default = get_pretrained_cfg(theirs[0]) if theirs else None
+    if timm_default is not None and timm_default.num_classes == default.num_classes:
+        assert TIMM_TAGS[f"{variant}.{default.tag}"] == theirs[0]  # where timm's default fits, it is ours
+
+
+def test_default_tags_follow_timm_and_keep_the_architecture():
+    defaults = {v: get_pretrained_cfg(v).tag for v in ARCHITECTURES}
+    assert defaults["scratch_vit_b16"] == "augreg2_in21k_ft_in1k" == get_pretrained_cfg("vit_base_patch16_224").tag
+    assert defaults["scratch_deit_b16_distilled"] == "fb_in1k"
+    # timm's default for ViT-L/32 and H/14 is orig_in21k, headless: ours keeps the 1000-class, 224 px model
+    assert get_pretrained_cfg("vit_large_patch32_224").num_classes == 0
+    assert (defaults["scratch_vit_l32"], defaults["scratch_vit_h14"]) == ("tv_in1k", "tv_swag_lin_in1k")
+    assert all(defaults[v] is None for v in ARCHITECTURES if v.endswith("_in21k"))
+
+
+def test_bare_in21k_name_with_pretrained_is_refused_naming_a_tag():
+    with pytest.raises(ValueError, match=r"no default weights.*scratch_vit_b16_in21k\.google_in21k"):
+        timm.create_model("scratch_vit_b16_in21k", pretrained=True)

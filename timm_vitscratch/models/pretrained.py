@@ -21,6 +21,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from timm.models import get_pretrained_cfg
 
+#: Each variant's tags in the order timm lists its own (its first is the default), then torchvision's, then
+#: Google's: ``create_model(variant, pretrained=True)`` loads the first, as timm does for an untagged name.
 TIMM_TAGS: Dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weights in the repo timm/<that>)
     "scratch_vit_ti16.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k",
     "scratch_vit_ti16.augreg_in21k": "vit_tiny_patch16_224.augreg_in21k",
@@ -29,17 +31,17 @@ TIMM_TAGS: Dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_vit_s16.augreg_in21k": "vit_small_patch16_224.augreg_in21k",
     "scratch_vit_b16.augreg2_in21k_ft_in1k": "vit_base_patch16_224.augreg2_in21k_ft_in1k",
     "scratch_vit_b16.augreg_in21k_ft_in1k": "vit_base_patch16_224.augreg_in21k_ft_in1k",
-    "scratch_vit_b16.augreg_in1k": "vit_base_patch16_224.augreg_in1k",
-    "scratch_vit_b16.augreg_in21k": "vit_base_patch16_224.augreg_in21k",
     "scratch_vit_b16.orig_in21k_ft_in1k": "vit_base_patch16_224.orig_in21k_ft_in1k",
+    "scratch_vit_b16.augreg_in1k": "vit_base_patch16_224.augreg_in1k",
     "scratch_vit_b16.orig_in21k": "vit_base_patch16_224.orig_in21k",
+    "scratch_vit_b16.augreg_in21k": "vit_base_patch16_224.augreg_in21k",
     "scratch_vit_b32.augreg_in21k_ft_in1k": "vit_base_patch32_224.augreg_in21k_ft_in1k",
     "scratch_vit_b32.augreg_in1k": "vit_base_patch32_224.augreg_in1k",
-    "scratch_vit_b32.augreg_in21k": "vit_base_patch32_224.augreg_in21k",
     "scratch_vit_b32.orig_in21k": "vit_base_patch32_224.orig_in21k",
+    "scratch_vit_b32.augreg_in21k": "vit_base_patch32_224.augreg_in21k",
     "scratch_vit_l16.augreg_in21k_ft_in1k": "vit_large_patch16_224.augreg_in21k_ft_in1k",
-    "scratch_vit_l16.augreg_in21k": "vit_large_patch16_224.augreg_in21k",
     "scratch_vit_l16.orig_in21k": "vit_large_patch16_224.orig_in21k",
+    "scratch_vit_l16.augreg_in21k": "vit_large_patch16_224.augreg_in21k",
     "scratch_vit_l32.orig_in21k": "vit_large_patch32_224.orig_in21k",
     "scratch_vit_h14.orig_in21k": "vit_huge_patch14_224.orig_in21k",
     "scratch_deit_ti16_distilled.fb_in1k": "deit_tiny_distilled_patch16_224.fb_in1k",

@@ -85,24 +85,40 @@ _DEFAULT_TAGS: Dict[str, str] = {}  # variant -> the tag `pretrained=True` witho
 PRETRAINED_CFG_FIELDS = {f.name for f in dataclasses.fields(PretrainedCfg)}
 
 
-def _default_cfg(variant: str) -> DefaultCfg:
-    """Every pretrained cfg of ``variant``: the untagged one (no weights), the zoo's tags, then Hub tags.
+def _fits(variant: str, cfg: Dict[str, Any]) -> bool:
+    """True when weights of ``cfg`` keep the variant's registered architecture (classifier, input size)."""
+    own = _pretrained_cfg(variant)
+    return all(cfg.get(k, own[k]) == own[k] for k in ("num_classes", "input_size"))
 
-    The untagged cfg stays first, so ``pretrained=True`` without a tag never picks weights silently.
+
+def _default_cfg(variant: str) -> DefaultCfg:
+    """Every pretrained cfg of ``variant``: the zoo's tags in table order, then Hub tags.
+
+    As in timm, the first tag is the default and the untagged name's cfg is that tag's, so
+    ``create_model(variant, pretrained=True)`` loads its weights. The default is the first tag (timm's
+    order) whose weights keep the variant's architecture: a headless tag (timm's ``orig_in21k``,
+    Google's repos) never silently changes what the bare name builds. A variant without such a tag
+    keeps an untagged cfg without weights first (and ``pretrained=True`` without a tag is refused).
     """
     cfg = DefaultCfg()
-    cfg.cfgs[""] = PretrainedCfg(**_pretrained_cfg(variant))
-    cfg.tags.append("")
     for name_tag, overrides in {**pretrained_tags(), **HUB_WEIGHTS}.items():
         arch, tag = split_model_name_tag(name_tag)
         if arch == variant:
             cfg.cfgs[tag] = PretrainedCfg(**{**_pretrained_cfg(variant), **overrides})
+            cfg.tags.append(tag)
             cfg.is_pretrained = True
-            if _DEFAULT_TAGS.get(variant) == tag:
-                cfg.tags.appendleft(tag)
-            else:
-                cfg.tags.append(tag)
+    chosen = _DEFAULT_TAGS.get(variant) or next((t for t in cfg.tags if _fits(variant, cfg.cfgs[t].to_dict())), "")
+    if chosen:
+        cfg.tags.remove(chosen)
+    else:
+        cfg.cfgs[""] = PretrainedCfg(**_pretrained_cfg(variant))
+    cfg.tags.appendleft(chosen)
     return cfg
+
+
+def default_tag(variant: str) -> str:
+    """The tag ``create_model(variant)`` resolves to (timm's rule: the first registered)."""
+    return default_cfgs[variant].tags[0]
 
 
 default_cfgs = {name: _default_cfg(name) for name in ARCHITECTURES}
@@ -165,14 +181,26 @@ def _loads_from_storage(variant: str, kwargs: Dict[str, Any]) -> bool:
     return cfg.source in ("hf-hub", "local-dir") or cfg.state_dict is None
 
 
+def _names_weights(variant: str, kwargs: Dict[str, Any]) -> bool:
+    """True when the resolved pretrained cfg says where weights come from (a file, state dict, URL, repo)."""
+    cfg = resolve_pretrained_cfg(variant, pretrained_cfg=kwargs.get("pretrained_cfg"),
+                                 pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"))
+    return bool(cfg.file or cfg.state_dict is not None or cfg.url or cfg.hf_hub_id)
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    tag = kwargs.get("pretrained_cfg") if isinstance(kwargs.get("pretrained_cfg"), str) else ""
+    requested = kwargs.get("pretrained_cfg")
+    # the tag timm resolves: the one named, the default for a bare name, none for a cfg given as a dict
+    tag = requested if isinstance(requested, str) else "" if requested else default_tag(variant)
     model_tag = f"{variant}.{tag}"
     # a tag's weights may need arguments beyond the variant's (transformers' LayerNorm eps); its
     # input size (SWAG at 384/512/518) comes from the cfg's input_size through timm's builder
     model_args = {**ARCHITECTURES[variant], **tag_model_args(model_tag), **kwargs}
     # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
     # a fresh model is initialised once (not first by nn.Linear's default and then again).
+    if pretrained and not tag and not _names_weights(variant, kwargs):
+        raise ValueError(f"{variant} has no default weights (its tags change the architecture): name one, "
+                         f"e.g. {variant}.{default_cfgs[variant].tags[1]}, or give pretrained_cfg_overlay=dict(file=...)")
     on_meta = pretrained and _loads_from_storage(variant, kwargs)
     model = build_model_with_cfg(
         empty_model if on_meta else initialised_model, variant, pretrained,
@@ -180,9 +208,12 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
         **model_args,
     )
+    if tag_model_args(model_tag):  # recorded where timm's factory records model args, so saved configs keep them
+        model._model_args = tag_model_args(model_tag)
     cfg = getattr(model, "pretrained_cfg", None)
-    if model_tag in pretrained_tags() and isinstance(cfg, dict) and cfg.get("num_classes") == model.num_classes:
-        # ImageNet synsets of the tag's classifier, as timm infers them (only while the head is the source's)
+    if pretrained and model_tag in pretrained_tags() and isinstance(cfg, dict) \
+            and cfg.get("num_classes") == model.num_classes:
+        # ImageNet synsets of the loaded classifier, as timm infers them (only while the head is the source's)
         cfg.setdefault("label_names", None)
         cfg["label_names"] = cfg["label_names"] or imagenet_label_names(model.num_classes)
     return model

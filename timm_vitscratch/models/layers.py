@@ -195,19 +195,13 @@ class Attention(nn.Module):
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """As ``_split_heads``, but queries only for the first ``num_queries`` tokens (keys and values for all).
 
-        The fused projection's weight is sliced by rows (q, then k and v), so no query is computed
-        that nobody reads.
+        The projection runs as a module call over every token (forward hooks on ``qkv``, such as
+        torchsummary's, see it run; the extra query rows cost a twelfth of one block), and the
+        query normalisation runs for the kept queries alone.
         """
-        batch, tokens, dim = x.shape
-        weight, bias = self.qkv.weight, self.qkv.bias
-        q_bias: Optional[torch.Tensor] = None
-        kv_bias: Optional[torch.Tensor] = None
-        if bias is not None:
-            q_bias, kv_bias = bias[:dim], bias[dim:]
-        q = F.linear(x[:, :num_queries], weight[:dim], q_bias)
-        kv = F.linear(x, weight[dim:], kv_bias)
-        k, v = kv.view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
-        q = q.view(batch, num_queries, self.num_heads, self.head_dim)
+        batch, tokens, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        q = q[:, :num_queries]
         return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import timm
 
 from tests.support.option_models import OPTION_MODELS
 from tests.timm_suite import timm_tests
@@ -32,5 +33,5 @@ def timm_suite_outcomes(tmp_path_factory):
 def pytest_terminal_summary(terminalreporter):
     if not _RUN:
         return
-    terminalreporter.section(f"timm {timm_tests.timm.__version__} tests/test_models.py ({_RUN['seconds']:.0f} s)")
+    terminalreporter.section(f"timm {timm.__version__} tests/test_models.py ({_RUN['seconds']:.0f} s)")
     terminalreporter.write_line(timm_tests.table(_RUN["outcomes"], REFERENCE_MODELS + list(OUR_MODELS)))

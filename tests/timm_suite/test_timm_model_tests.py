@@ -28,3 +28,11 @@ def test_timm_own_vit_passes(timm_suite_outcomes, test):
     """The control: run this way, timm's tests select and pass timm's own ViT-Ti/16."""
     assert timm_tests.summary(timm_suite_outcomes, test, "vit_tiny_patch16_224") == "passed", \
         timm_suite_outcomes.get((test, "vit_tiny_patch16_224"))
+
+
+def test_patch_fails_loudly_when_timm_changes_its_file():
+    source = timm_tests.read_test_file(timm_tests.sdist())
+    patched = timm_tests.patch(source)
+    assert "NON_STD_FILTERS += ['scratch_*']" in patched and "'variants'" in patched
+    with pytest.raises(RuntimeError, match="filter lists changed"):
+        timm_tests.patch(source.replace("NUM_NON_STD = len(NON_STD_FILTERS)", "NUM_NON_STD = 0"))

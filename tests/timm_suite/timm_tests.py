@@ -59,7 +59,8 @@ def sdist(version: str = timm.__version__) -> Path:
     return target
 
 
-def _read_member(archive: Path, member: str) -> str:
+def read_test_file(archive: Path, member: str = TEST_FILE) -> str:
+    """One file of the sdist, read from the archive (nothing is extracted to disk)."""
     with tarfile.open(archive) as tar:
         top = tar.getnames()[0].split("/")[0]  # "timm-<version>"
         handle = tar.extractfile(f"{top}/{member}")
@@ -100,7 +101,7 @@ def patch(source: str) -> str:
 def prepare(directory: Path) -> Path:
     """Write the patched ``test_models.py`` (and an empty pytest.ini that makes it the rootdir) into ``directory``."""
     test_file = directory / "test_models.py"
-    test_file.write_text(patch(_read_member(sdist(), TEST_FILE)), encoding="utf-8")
+    test_file.write_text(patch(read_test_file(sdist())), encoding="utf-8")
     # the child pytest must not pick up the repository's pyproject.toml (its addopts, testpaths)
     (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     return test_file

@@ -10,6 +10,8 @@ import torch
 from safetensors.torch import save_file
 from timm.models import load_checkpoint
 
+from timm_vitscratch import ARCHITECTURES, VisionTransformer
+
 from timm_vitscratch.errors import ConversionError
 
 from tests.support.sources import google_npz, hf_config, hf_legacy_state_dict, randomized, timm_vit, torchvision_vit
@@ -144,11 +146,13 @@ def test_jax_npz_routes(laid_out):
     model = timm.create_model("scratch_vit_ti16", num_classes=10, **SMALL)
     model.load_state_dict(state_dict)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in ours.items())
-    from timm_vitscratch.models.checkpoint_filter import load_pretrained
-
     model = timm.create_model("scratch_vit_ti16", num_classes=10, **SMALL)
-    load_pretrained(model, npz)
+    load_checkpoint(model, str(npz))  # timm hands a .npz to model.load_pretrained
     assert all(torch.equal(model.state_dict()[k], v) for k, v in ours.items())
+    # a model built by the class itself (not through the registry) takes foreign state dicts too
+    direct = VisionTransformer(**{**ARCHITECTURES["scratch_vit_ti16"], "num_classes": 10, **SMALL})
+    direct.load_state_dict(state_dict)
+    assert all(torch.equal(direct.state_dict()[k], v) for k, v in ours.items())
 
 
 def test_unknown_state_dict_is_refused_naming_its_keys(tmp_path):

@@ -7,7 +7,6 @@ import timm
 import torch
 from torch import nn
 
-from .checkpoint_filter import watch_foreign_checkpoints
 from .vision_transformer import VisionTransformer, _default_device
 
 
@@ -29,7 +28,7 @@ def _construct_on_meta(kwargs: Dict[str, Any]) -> Tuple[VisionTransformer, Optio
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
     with torch.device("meta"):
-        model = watch_foreign_checkpoints(VisionTransformer(**kwargs))
+        model = VisionTransformer(**kwargs)
     if dtype is not None:
         model.to(dtype=dtype)
     return model, (torch.device(device) if device is not None else None)

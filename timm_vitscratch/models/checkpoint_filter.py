@@ -66,6 +66,13 @@ def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: "SourceForma
                                   **fmt.resample.kwargs())
 
 
+def _resample_patch_kernel(weight: torch.Tensor, size: torch.Size) -> torch.Tensor:
+    """A patch projection trained at another patch size, resampled to ``size`` as timm's ViT filter does."""
+    from timm.layers import resample_patch_embed
+
+    return resample_patch_embed(weight, list(size), interpolation="bicubic", antialias=True, verbose=False)
+
+
 def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[str, torch.Tensor]:
     """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present."""
     from ..convert.checkpoint import StateDictCheckpoint
@@ -102,7 +109,13 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[st
     if missing:
         raise ConversionError(f"cannot load this {fmt.name} checkpoint: it lacks {_shown(missing)}; a load never "
                               f"leaves body weights random")
-    wrong = [f"{k} {tuple(out[k].shape)} (model: {tuple(own[k].shape)})" for k in body if out[k].shape != own[k].shape]
+    stem = "patch_embed.proj.weight"
+    if stem in out and out[stem].shape[-2:] != own[stem].shape[-2:]:
+        out[stem] = _resample_patch_kernel(out[stem], own[stem].shape[-2:])
+    # another input channel count is left to timm's load_pretrained, which adapts the stem after this filter
+    wrong = [f"{k} {tuple(out[k].shape)} (model: {tuple(own[k].shape)})" for k in body
+             if out[k].shape != own[k].shape and not (k == stem and out[k].shape[2:] == own[k].shape[2:]
+                                                      and out[k].shape[0] == own[k].shape[0])]
     if wrong:
         raise ConversionError(f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: "
                               f"{'; '.join(wrong[:5])}")
@@ -143,12 +156,6 @@ def remap_on_load(module: nn.Module, state_dict: Dict[str, Any], prefix: str, lo
     for key in [k for k in state_dict if k.startswith(prefix)]:
         del state_dict[key]
     state_dict.update({prefix + k: v for k, v in remapped.items()})
-
-
-def watch_foreign_checkpoints(model: nn.Module) -> nn.Module:
-    """Make ``model.load_state_dict`` accept every format ``convert`` reads (registers :func:`remap_on_load`)."""
-    model.register_load_state_dict_pre_hook(remap_on_load)
-    return model
 
 
 def load_pretrained(model: nn.Module, checkpoint_path: "os.PathLike[str] | str", prefix: str = "") -> None:

@@ -12,6 +12,7 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
+from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
     WEIGHT_INITS, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
     normal_init_, sincos_2d_pos_embed,
@@ -194,6 +195,8 @@ class VisionTransformer(nn.Module):
         self.head = self._make_head(num_classes)
         self.head_dist = self._make_head(num_classes) if distilled else None
         self.init_weights()
+        # torchvision, transformers and JAX state dicts load too, remapped with the converter's key maps
+        self.register_load_state_dict_pre_hook(remap_on_load)
         if device is not None or dtype is not None:
             # timm's factory arguments (its distillation teacher passes device=): built and
             # initialised in float32 on the default device, then moved; to build without
@@ -283,6 +286,11 @@ class VisionTransformer(nn.Module):
                 self._init_tensor(module_name, module, name, fresh)
                 done.append(f"{module_name}.{name}" if module_name else name)
         return done
+
+    @torch.jit.ignore
+    def load_pretrained(self, checkpoint_path: str, prefix: str = "") -> None:
+        """timm's hook for files ``torch.load`` cannot read (``load_checkpoint`` of a JAX ``.npz``)."""
+        load_pretrained(self, checkpoint_path, prefix)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
         """``nn.Module.load_state_dict``; a model built on ``meta`` takes the tensors instead of copying.

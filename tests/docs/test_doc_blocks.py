@@ -121,7 +121,7 @@ def test_block_equals_command_output(block: CheckedBlock, tmp_path):
             shown.splitlines(), printed.splitlines(), fromfile=f"{block.where} (as shown)",
             tofile=f"`{block.command}` (as printed now)", lineterm=""))
         pytest.fail(f"{block.where}: the block differs from the output of `{block.command}`. "
-                    f"Paste the command's output into the block.\n{diff}", pytrace=False)
+                    f"Paste the command's output into the block (python -m tests.docs.refresh_blocks does it for every block).\n{diff}", pytrace=False)
 
 
 def test_readme_and_docs_have_checked_blocks():

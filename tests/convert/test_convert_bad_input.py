@@ -276,7 +276,8 @@ def test_failed_verification_writes_nothing(tmp_path, vit_file, monkeypatch):
 
 KILLABLE = textwrap.dedent("""
     import sys, time
-    from timm_vitscratch.convert import convert, writer
+    from timm_vitscratch import tensor_writer as writer
+    from timm_vitscratch.convert import convert
     raw_bytes, count = writer._raw_bytes, [0]
     def slow_raw_bytes(tensor):  # slow the write down so the signal lands mid-file
         count[0] += 1

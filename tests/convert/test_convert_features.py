@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from timm_vitscratch.convert import ConversionError, convert
 from timm_vitscratch.convert.checkpoint import open_checkpoint
-from timm_vitscratch.convert.writer import TensorSpec, write_safetensors
+from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import METADATA_KEY
 

@@ -23,7 +23,7 @@ from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
 from .verify import DEFAULT_TOLERANCE, Verification, verify_conversion
-from .writer import TensorSpec
+from ..tensor_writer import TensorSpec
 
 STAGING_PREFIX = ".convert-"
 

@@ -14,8 +14,8 @@ from .checkpoint import open_checkpoint
 from .formats import formats
 from .keymap import available
 from .plan import meta_output, parse_dtype
-from .architecture import describe_model
-from .writer import TensorSpec, write_npz, write_safetensors, write_torch
+from ..models.architecture import describe_model
+from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 
 EXPORT_TARGETS = ("timm", "torchvision", "jax")
 

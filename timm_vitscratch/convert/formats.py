@@ -10,7 +10,7 @@ from torch import nn
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, block_indices
-from .architecture import Arch
+from ..models.architecture import Arch
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 

@@ -16,7 +16,7 @@ from .checkpoint import Checkpoint
 from .formats import Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init
 from .keymap import KeyMap, Rule, transpose
 from .timm_format import representation_head
-from .architecture import Arch
+from ..models.architecture import Arch
 
 BLOCK = "Transformer/encoderblock_{}/"
 ATTN = "MultiHeadDotProductAttention_1/"

@@ -20,8 +20,9 @@ from ..models.layers import to_2tuple
 from .checkpoint import Checkpoint
 from .formats import SourceFormat
 from .keymap import KeyMap, Rule, available
-from .architecture import Arch, choose_variant, infer_arch, model_args, settle_heads
-from .writer import TensorSpec
+from ..models.architecture import Arch
+from .shape_inference import choose_variant, infer_arch, model_args, settle_heads
+from ..tensor_writer import TensorSpec
 
 #: the dtypes weights can be written in (``--dtype``)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -20,7 +20,8 @@ from .formats import (
     Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init,
 )
 from .keymap import KeyMap, Rule
-from .architecture import Arch, _constructor_defaults
+from ..models.architecture import Arch
+from .shape_inference import _constructor_defaults
 
 #: key patterns of timm ViT features -> (the constructor option that holds them, what the feature is)
 OPTIONAL_FEATURES = (

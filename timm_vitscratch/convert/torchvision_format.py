@@ -16,7 +16,7 @@ from .formats import (
     Reference, ReferenceSpec, Resample, SourceFormat, classifier_input, register, round_parameters, without_init,
 )
 from .keymap import KeyMap, Rule, invert_renames, weight_and_bias
-from .architecture import Arch
+from ..models.architecture import Arch
 
 LAYER = "encoder.layers.encoder_layer_{}."
 

@@ -7,7 +7,7 @@ from typing import Any, Dict
 from timm.models._hub import generate_readme  # timm's own card layout (YAML metadata + sections)
 from torch import nn
 
-from ..convert.architecture import describe_model
+from ..models.architecture import describe_model
 from ..inspect.counts import leaf_module_param_count, true_param_count
 from .model_dir import METADATA_KEY
 

@@ -27,11 +27,10 @@ from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES
+from ..tensor_writer import TensorSpec, write_safetensors
 
 if TYPE_CHECKING:
     import torch
-
-    from ..convert.writer import TensorSpec
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -139,7 +138,6 @@ def write_model_directory(
     there. ``written(spec)`` is called once a tensor is on its way to disk (see ``write_safetensors``).
     Returns the sha256 of ``model.safetensors``.
     """
-    from ..convert.writer import write_safetensors  # the convert package imports this module
 
     sha256 = write_safetensors(Path(directory) / WEIGHTS_NAME, specs, produce, written=written)
     write_config(directory, model_config(model, weights_sha256=sha256, source=source, label_names=label_names))
@@ -153,8 +151,6 @@ def save_model_directory(model: nn.Module, directory: PathLike, source: Optional
     ``timm.create_model("local-dir:DIR", pretrained=True)`` rebuilds it from the config and loads the
     weights; ``vitscratch push DIR ORG/NAME`` sends it to the Hub.
     """
-    from ..convert.writer import TensorSpec
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model = unwrap_model(model)  # a wrapper would prefix every key

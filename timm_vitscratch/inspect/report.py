@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from torch import nn
 
-from ..convert.architecture import describe_model
+from ..models.architecture import describe_model
 from ..models.build import build_on_meta
 from .counts import (
     analytic_param_count, block_param_breakdown, block_param_formula, block_part_formulas, 

@@ -7,7 +7,7 @@ without renames.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F

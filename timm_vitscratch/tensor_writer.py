@@ -19,8 +19,8 @@ from typing import IO, Callable, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..errors import ConversionError
-from ..files import PathLike, atomic_write
+from .errors import ConversionError
+from .files import PathLike, atomic_write
 
 SAFETENSORS_NAMES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",

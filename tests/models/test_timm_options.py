@@ -1,5 +1,7 @@
 """timm's VisionTransformer contract beyond the logits: dropout wiring, reset/resize keeping the model's
-state, scripting, the fused-attention switch, weight-init schemes and the pooled-token forward switch."""
+state, scripting, the fused-attention switch, weight-init schemes, the MLP activation and norm layer
+(act_layer / norm_layer) and the pooled-token forward switch."""
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -123,7 +125,8 @@ def test_dynamic_size_equals_a_model_resized_to_the_input():
 
 @pytest.mark.parametrize("options", [dict(), dict(distilled=True), dict(reg_tokens=2, init_values=0.1,
                                      no_embed_class=True, qk_norm=True, dynamic_img_size=True),
-                                     dict(global_pool="map", pre_norm=True), dict(pos_embed="sincos")])
+                                     dict(global_pool="map", pre_norm=True, act_layer="quick_gelu"),
+                                     dict(pos_embed="sincos")])
 def test_torchscript_equals_eager(options):
     model = VisionTransformer(**SMALL, **options).eval()
     scripted = torch.jit.script(model)
@@ -169,6 +172,74 @@ def test_variants_accept_timm_options_through_create_model():
     assert model.reg_token.shape == (1, 4, 192) and model.pos_embed.shape == (1, 4, 192)
     assert isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.LayerNorm)
     assert model.eval()(torch.randn(1, 3, 48, 32)).shape == (1, 1000)
+
+
+# --- the MLP activation and the norm layer (act_layer / norm_layer) ------------------------------------
+TI_WIDTH = dict(img_size=64, patch_size=16, embed_dim=192, depth=4, num_heads=3, num_classes=10)
+#: OpenAI CLIP's image tower as timm builds it (vit_*_clip_quickgelu_*): norm before the blocks, QuickGELU, eps 1e-5
+CLIP_OPENAI = dict(pre_norm=True, norm_layer=partial(timm.layers.LayerNorm, eps=1e-5), act_layer="quick_gelu")
+
+
+def _perturbed(model: nn.Module) -> nn.Module:
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    return model.eval()
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+@pytest.mark.parametrize("family, options", [
+    ("clip_openai", CLIP_OPENAI),
+    ("siglip_map", dict(global_pool="map", class_token=False, act_layer="gelu_tanh")),  # MAP head's MLP too
+    ("module_class", dict(act_layer=nn.SiLU, norm_layer=nn.LayerNorm)),  # torch's LayerNorm: eps 1e-5
+])
+def test_act_and_norm_layer_load_strict_and_match_timm(family, options):
+    torch.manual_seed(0)
+    reference = _perturbed(TimmViT(**TI_WIDTH, **options))
+    ours = VisionTransformer(**TI_WIDTH, **options).eval()
+    assert ours.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert _max_diff(ours(x), reference(x)) <= 1e-5, family
+        # the options matter: the same weights under the defaults (GELU, eps 1e-6) give other logits
+        # (tanh-approximate GELU is the closest: about 5e-4 apart here)
+        default = VisionTransformer(**TI_WIDTH, **{k: v for k, v in options.items()
+                                                   if k not in ("act_layer", "norm_layer")}).eval()
+        default.load_state_dict(reference.state_dict())
+        assert _max_diff(default(x), reference(x)) > 1e-4  # ten times the tolerance
+    assert type(ours.blocks[0].mlp.act) is type(reference.blocks[0].mlp.act)
+    assert {m.eps for m in ours.modules() if isinstance(m, nn.LayerNorm)} == \
+        {m.eps for m in reference.modules() if isinstance(m, nn.LayerNorm)}
+
+
+def test_create_model_takes_act_layer_and_matches_timms_clip_quickgelu():
+    """timm's own vit_base_patch16_clip_quickgelu_224 (2 blocks, 64 px) loads into scratch_vit_b16 built with
+    the same options through timm.create_model, and gives the same logits."""
+    reference = _perturbed(timm.create_model("vit_base_patch16_clip_quickgelu_224", img_size=64, depth=2,
+                                             num_classes=10))
+    ours = timm.create_model("scratch_vit_b16", img_size=64, depth=2, num_classes=10, act_layer="quick_gelu",
+                             pre_norm=True, norm_eps=1e-5).eval()
+    assert ours.load_state_dict(reference.state_dict(), strict=True)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert _max_diff(ours(x), reference(x)) <= 1e-5
+    with_norm_layer = timm.create_model("scratch_vit_b16", img_size=64, depth=1, act_layer="quick_gelu",
+                                        pre_norm=True, norm_layer=CLIP_OPENAI["norm_layer"])
+    assert with_norm_layer.norm_pre.eps == with_norm_layer.blocks[0].norm2.eps == 1e-5
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(act_layer="no_such_act"), "not an activation timm knows"),
+    (dict(act_layer=3), "activation name or a module class"),
+    (dict(norm_layer="rmsnorm"), "norm_layer must be a LayerNorm"),
+    (dict(norm_layer=partial(timm.layers.LayerNorm, eps=1e-5), norm_eps=1e-3), "pass one of them"),
+])
+def test_act_and_norm_layer_errors(options, match):
+    with pytest.raises(ValueError, match=match):
+        VisionTransformer(**SMALL, **options)
 
 
 # --- the pooled-token forward ---------------------------------------------------------------------

@@ -7,16 +7,56 @@ without renames.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Type, Union
 
 import torch
 import torch.nn.functional as F
-from timm.layers import resample_patch_embed
+from timm.layers import LayerNorm as TimmLayerNorm
+from timm.layers import get_act_layer, get_norm_layer, resample_patch_embed
 from torch import nn
 
 ATTN_IMPLS = ("sdpa", "eager")
 #: Weight-init schemes, as timm's ``weight_init`` argument names them.
 WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
+
+
+#: an activation as timm's ``act_layer`` takes it: a name timm knows, or a module class (or factory)
+ActLayer = Union[str, Type[nn.Module], Callable[[], nn.Module]]
+
+
+def resolve_act_layer(act_layer: Optional[ActLayer]) -> Callable[[], nn.Module]:
+    """timm's ``act_layer`` argument as a factory of MLP activations: a name is resolved by timm's
+    ``get_act_layer`` (``'quick_gelu'``, ``'gelu_tanh'``, ``'silu'`` ...); None is ``nn.GELU`` (timm's default)."""
+    if act_layer is None or act_layer == "":
+        return nn.GELU
+    if isinstance(act_layer, str):
+        try:
+            return get_act_layer(act_layer)
+        except KeyError:
+            raise ValueError(f"act_layer {act_layer!r} is not an activation timm knows by name (timm.layers."
+                             f"get_act_layer), e.g. 'gelu', 'quick_gelu', 'gelu_tanh', 'silu'") from None
+    if not callable(act_layer):
+        raise ValueError(f"act_layer must be an activation name or a module class, got {act_layer!r}")
+    return act_layer
+
+
+def norm_layer_eps(norm_layer: Any) -> float:
+    """The eps of timm's ``norm_layer`` argument, for the LayerNorm kinds the model holds.
+
+    timm's CLIP towers pass ``partial(LayerNorm, eps=1e-5)``; ``nn.LayerNorm``, timm's ``LayerNorm``,
+    the name ``'layernorm'`` and partials of them with ``eps`` are taken (resolved by timm's
+    ``get_norm_layer``). Other norms (RMSNorm, ...) are refused: the model's norms are LayerNorms.
+    """
+    try:
+        factory = get_norm_layer(norm_layer)
+        layer = factory(8) if factory is not None else None
+    except (AssertionError, KeyError, TypeError):
+        layer = None
+    if type(layer) not in (nn.LayerNorm, TimmLayerNorm) or not layer.elementwise_affine or layer.bias is None:
+        raise ValueError(f"norm_layer must be a LayerNorm (nn.LayerNorm, timm.layers.LayerNorm, 'layernorm', or "
+                         f"a partial of one with eps=...), got {norm_layer!r}; the model's norms are LayerNorms "
+                         f"with weight and bias (their eps is also norm_eps)")
+    return float(layer.eps)
 
 
 def to_2tuple(value: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
@@ -247,12 +287,13 @@ class LayerScale(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Two-layer perceptron with GELU: fc1 -> act -> drop -> fc2 -> drop."""
+    """Two-layer perceptron: fc1 -> act (GELU unless ``act_layer`` says) -> drop -> fc2 -> drop."""
 
-    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, bias: bool = True) -> None:
+    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, bias: bool = True,
+                 act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
-        self.act = nn.GELU()
+        self.act = act_layer()
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
@@ -332,6 +373,7 @@ class Block(nn.Module):
         qk_norm: bool = False,
         proj_bias: bool = True,
         init_values: Optional[float] = None,
+        act_layer: Callable[[], nn.Module] = nn.GELU,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
@@ -340,7 +382,7 @@ class Block(nn.Module):
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), proj_drop, proj_bias)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), proj_drop, proj_bias, act_layer)
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
@@ -371,7 +413,8 @@ class AttentionPool(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int = 8, mlp_ratio: float = 4.0, qkv_bias: bool = True,
-                 norm_eps: float = 1e-6, attn_impl: str = "sdpa") -> None:
+                 norm_eps: float = 1e-6, attn_impl: str = "sdpa",
+                 act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
@@ -383,7 +426,7 @@ class AttentionPool(nn.Module):
         self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
         self.norm = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, dim = x.shape

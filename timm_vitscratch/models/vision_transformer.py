@@ -14,8 +14,8 @@ from torch.utils.checkpoint import checkpoint
 
 from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
-    WEIGHT_INITS, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
-    normal_init_, sincos_2d_pos_embed,
+    WEIGHT_INITS, ActLayer, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
+    norm_layer_eps, normal_init_, resolve_act_layer, sincos_2d_pos_embed,
 )
 
 GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
@@ -120,6 +120,8 @@ class VisionTransformer(nn.Module):
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         weight_init: str = "",
+        norm_layer: Optional[Any] = None,
+        act_layer: Optional[ActLayer] = None,
         qk_scale: Optional[float] = None,
         representation_size: Optional[int] = None,
         distilled: bool = False,
@@ -134,6 +136,13 @@ class VisionTransformer(nn.Module):
         self._check_args(num_classes, depth, embed_dim, num_heads, pos_embed, global_pool, class_token,
                          distilled, representation_size, weight_init, reg_tokens)
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
+        # timm's norm_layer (a LayerNorm kind) sets the eps of every norm; norm_eps says the same thing
+        if norm_layer is not None:
+            layer_eps = norm_layer_eps(norm_layer)
+            if norm_eps not in (1e-6, layer_eps):
+                raise ValueError(f"norm_layer has eps {layer_eps:g} but norm_eps is {norm_eps:g}; pass one of them")
+            norm_eps = layer_eps
+        mlp_act = resolve_act_layer(act_layer)
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.embed_dim = self.num_features = embed_dim
@@ -175,7 +184,7 @@ class VisionTransformer(nn.Module):
         rates = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
         self.blocks = nn.Sequential(*[
             Block(embed_dim, num_heads, mlp_ratio, qkv_bias, qk_scale, proj_drop_rate, attn_drop_rate, rate,
-                  self.attn_impl, norm_eps, qk_norm, proj_bias, init_values)
+                  self.attn_impl, norm_eps, qk_norm, proj_bias, init_values, mlp_act)
             for rate in rates
         ])
         self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and not use_fc_norm else nn.Identity()
@@ -183,7 +192,8 @@ class VisionTransformer(nn.Module):
         self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=max(self.patch_embed.patch_size))
                              for i in range(depth)]
 
-        self.attn_pool = (AttentionPool(embed_dim, num_heads, mlp_ratio, norm_eps=norm_eps, attn_impl=self.attn_impl)
+        self.attn_pool = (AttentionPool(embed_dim, num_heads, mlp_ratio, norm_eps=norm_eps, attn_impl=self.attn_impl,
+                                        act_layer=mlp_act)
                           if global_pool == "map" else None)
         self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and use_fc_norm else nn.Identity()
         if representation_size:

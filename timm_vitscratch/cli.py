@@ -56,7 +56,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
     try:
         info = push(args.source, args.repo_id, revision=args.revision, private=args.private,
-                    commit_message=args.commit_message)
+                    commit_message=args.commit_message, labels=args.labels)
     except Exception as error:
         return _hub_failure(error, args)
     print(f"pushed {args.source} to {args.repo_id}@{args.revision or 'main'}: commit {info.oid}")
@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_push.add_argument("--revision", default=None, help="branch to commit to, created if missing (default: main)")
     p_push.add_argument("--private", action="store_true", help="create the repo private")
     p_push.add_argument("--commit-message", default=None, help="commit message")
+    p_push.add_argument("--labels", default=None, metavar="FILE_OR_DIR",
+                        help="label names for the pushed config.json: a file with one per line, or an image "
+                             "folder's class directories (one per class)")
     p_push.set_defaults(func=_cmd_push)
 
     p_pull = commands.add_parser("pull", help="download a model from the Hub, verify it and install it into OUT_DIR")

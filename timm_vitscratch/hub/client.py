@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import timm
 from huggingface_hub import (
@@ -36,10 +36,11 @@ from torch import nn
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, current_umask, sha256_file
 from .model_dir import (  # noqa: F401  (save_model_directory: also importable from here)
-    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, check_model_directory, read_config,
-    save_model_directory, write_config,
+    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, check_label_count, check_model_directory, read_config,
+    read_label_names, save_model_directory, with_label_names, write_config,
 )
 from .model_card import model_card
+from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
 
 README_NAME = "README.md"
@@ -52,19 +53,27 @@ _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 
 # --- push ------------------------------------------------------------------------------------------
 def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private: bool = False,
-         commit_message: Optional[str] = None, token: Optional[str] = None) -> Any:
+         commit_message: Optional[str] = None, token: Optional[str] = None,
+         labels: Union[PathLike, Sequence[str], None] = None) -> Any:
     """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
 
     The repo gets ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model-card
     ``README.md`` (a README already in the directory is pushed as it is). ``revision`` is a branch,
-    created from ``main`` if missing; ``private`` applies when the repo is created. Returns
+    created from ``main`` if missing; ``private`` applies when the repo is created. ``labels`` (a list,
+    a file with one name per line, or an image folder's class directories) become the pushed
+    ``config.json``'s ``label_names``, one per class; the source directory is left as it is. Returns
     ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
     """
     if revision is not None and _COMMIT_ID.match(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
+    if labels is not None and not isinstance(labels, (list, tuple)):
+        try:  # before anything is built: a missing file is the first thing said
+            labels = read_label_names(labels)
+        except ModelDirectoryError as err:
+            raise ModelDirectoryError(f"--labels: {err}") from None
     with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
         staging = Path(tmp)
-        config, model = _stage(source, staging)
+        config, model = _stage(source, staging, labels)
         if not (staging / README_NAME).exists():
             (staging / README_NAME).write_text(model_card(config, model, repo_id), encoding="utf-8")
         api = HfApi(token=token)
@@ -82,11 +91,13 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
     return info
 
 
-def _stage(source: PathLike, staging: Path) -> Tuple[Dict[str, Any], nn.Module]:
+def _stage(source: PathLike, staging: Path, labels: Optional[Sequence[str]] = None) -> Tuple[Dict[str, Any], nn.Module]:
     """Put what to push into ``staging``: the directory's files (weights linked, not copied) or a new model."""
     path = Path(source)
     if path.is_dir():
         config, model = check_model_directory(path, require_sha256=False)
+        if labels is not None:
+            config = with_label_names(config, _checked_labels(labels, model, str(path)))
         config.setdefault(METADATA_KEY, {}).setdefault("sha256", sha256_file(path / WEIGHTS_NAME))
         os.symlink((path / WEIGHTS_NAME).resolve(), staging / WEIGHTS_NAME)
         write_config(staging, config)
@@ -97,10 +108,20 @@ def _stage(source: PathLike, staging: Path) -> Tuple[Dict[str, Any], nn.Module]:
     if name not in ARCHITECTURES:
         raise ModelDirectoryError(f"{str(source)!r} is neither a model directory nor a registered model name "
                                   f"({', '.join(ARCHITECTURES)}, optionally with a .tag)")
+    # the label count is checked on meta, before pretrained weights are downloaded for nothing
+    names = _checked_labels(labels, build_on_meta(str(source)), str(source)) if labels is not None else None
     model = timm.create_model(str(source), pretrained=bool(tag))
     save_model_directory(model, staging, source={"format": "timm_vitscratch", "model": str(source),
-                                                 "weights": "pretrained" if tag else "random init"})
+                                                 "weights": "pretrained" if tag else "random init"},
+                         label_names=names)
     return check_model_directory(staging, label=str(source))
+
+
+def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> List[str]:
+    try:
+        return check_label_count(labels, model.num_classes)
+    except ModelDirectoryError as err:
+        raise ModelDirectoryError(f"{label}: --labels: {err}") from None
 
 
 def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> Optional[str]:

@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from timm.models._hub import save_config_for_hf
 from safetensors import safe_open
@@ -87,6 +87,30 @@ def read_label_names(path: PathLike) -> List[str]:
     if not names:
         raise ModelDirectoryError(what)
     return names
+
+
+def check_label_count(names: Sequence[str], num_classes: int) -> List[str]:
+    """``names`` as a list, when there is one per class of a ``num_classes``-way classifier."""
+    if len(names) != num_classes:
+        raise ModelDirectoryError(f"{len(names)} label names for a classifier of {num_classes} classes "
+                                  "(expected one name per class, in class-index order)")
+    return list(names)
+
+
+def with_label_names(config: Dict[str, Any], names: List[str]) -> Dict[str, Any]:
+    """``config`` with top-level ``label_names`` replaced by ``names``, where and as timm's
+    ``save_config_for_hf`` writes them (after ``global_pool``, before ``model_args`` and ``pretrained_cfg``).
+
+    Descriptions keyed by the old names are dropped with them.
+    """
+    rest = {k: v for k, v in config.items() if k not in ("label_names", "label_descriptions")}
+    out: Dict[str, Any] = {}
+    for key, value in rest.items():
+        if key in ("model_args", "pretrained_cfg") and "label_names" not in out:
+            out["label_names"] = list(names)
+        out[key] = value
+    out.setdefault("label_names", list(names))
+    return out
 
 
 def write_config(directory: PathLike, config: Dict[str, Any]) -> Path:

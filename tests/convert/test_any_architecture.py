@@ -126,3 +126,30 @@ def test_converted_directory_loads_with_timm_local_dir_and_hf_hub(tmp_path, hub_
         for key, value in source.state_dict().items():
             if not key.startswith("head."):
                 assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_clip_quickgelu_directory_converts_with_its_activation_and_eps(tmp_path):
+    """timm's save_for_hf of an OpenAI-CLIP tower (QuickGELU, LayerNorm eps 1e-5, norm before the blocks): the
+    shapes cannot tell activation or eps, timm's config.json does; both are recorded, logits equal timm's."""
+    source = randomized(lambda: timm.create_model("vit_base_patch32_clip_quickgelu_224", depth=2, img_size=64,
+                                                  num_classes=5))
+    timm.models.save_for_hf(source, tmp_path / "clip")
+    result = convert(tmp_path / "clip", tmp_path / "out", verify=True)
+    assert result.verification.passed
+    assert {"act_layer": "quick_gelu", "norm_eps": 1e-5, "pre_norm": True}.items() <= result.model_args.items()
+    assert max_diff(logits(load_converted(tmp_path / "out"), X), logits(source, X)) <= 1e-5
+    # the bare weights say neither: timm's defaults (GELU, eps 1e-6) are what the output records
+    save_file(source.state_dict(), str(tmp_path / "bare.safetensors"))
+    bare = convert(tmp_path / "bare.safetensors", tmp_path / "bare")
+    assert "act_layer" not in bare.model_args and "norm_eps" not in bare.model_args
+
+
+def test_train_py_checkpoint_with_an_act_layer_in_its_model_kwargs(tmp_path):
+    """train.py --model vit_tiny_patch16_224 --model-kwargs act_layer=quick_gelu ...: read from the args."""
+    kwargs = {"depth": 2, "act_layer": "quick_gelu", "pre_norm": True}
+    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", img_size=64, num_classes=5, **kwargs))
+    args = argparse.Namespace(model="vit_tiny_patch16_224", model_kwargs=kwargs, img_size=64)
+    torch.save({"state_dict": model.state_dict(), "args": args, "epoch": 1}, tmp_path / "last.pth.tar")
+    result = convert(tmp_path / "last.pth.tar", tmp_path / "out", verify=True)
+    assert result.model_args["act_layer"] == "quick_gelu" and result.heads_note is None
+    assert max_diff(logits(load_converted(tmp_path / "out"), X), logits(model, X)) <= 1e-5

@@ -335,3 +335,20 @@ def test_transformers_config_that_does_not_fit(tmp_path):
     refused(tmp_path / "hub", tmp_path / "out", "not a usable ViT config")
     config_path.write_text(json.dumps({**config, "image_size": 160}))  # 100 patches, but the table holds 196
     refused(tmp_path / "hub", tmp_path / "out", "image size 160x160 at patch 16 needs 100")
+
+
+def test_activation_a_config_names_that_the_model_cannot_build(tmp_path):
+    """A config whose act_layer timm does not know, or an architecture whose activation has no name we take."""
+    import json
+
+    from timm_vitscratch.convert.timm_format import architecture_facts
+
+    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64))
+    (tmp_path / "src").mkdir()
+    save_file(model.state_dict(), str(tmp_path / "src" / "model.safetensors"))
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 10,
+              "model_args": {"depth": 2, "img_size": 64, "act_layer": "no_such_act"}}
+    (tmp_path / "src" / "config.json").write_text(json.dumps(config))
+    refused(tmp_path / "src", tmp_path / "out", "act_layer 'no_such_act' is not an activation timm knows")
+    with pytest.raises(ConversionError, match="MLP activation is Softsign, which has no timm name"):
+        architecture_facts("vit_tiny_patch16_224", {"depth": 1, "act_layer": torch.nn.Softsign})

@@ -39,6 +39,8 @@ def infer_arch(
     if depth < 1:
         raise ConversionError("no transformer blocks found")
     options = dict(options or {})
+    if hints.get("act_layer"):  # shapes cannot tell the activation: only a config or train.py args say it
+        options["act_layer"] = hints["act_layer"]
     patch = _need(shapes, "patch_embed.proj.weight", "patch embedding", sources)
     if len(patch) != 4 or patch[2] != patch[3]:
         raise _no_variant(f"patch embedding has shape {patch}, expected (embed_dim, channels, patch, patch)")

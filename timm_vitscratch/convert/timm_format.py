@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
@@ -34,6 +35,8 @@ OPTIONAL_FEATURES = (
     (r"\.(attn\.norm|mlp\.norm)\.", None, "scale norms inside attention/MLP (attn.norm / mlp.norm)"),
     (r"^patch_embed\.norm\.", None, "a norm in the patch embedding"),
 )
+#: activation names (timm's) a converted model may record as act_layer; GELU, the default, is recorded as nothing
+ACT_NAMES = ("quick_gelu", "gelu_tanh", "silu", "relu")
 LAYER_SCALE = re.compile(r"^blocks\.\d+\.(ls[12]\.gamma|gamma_[12])$")
 #: init_values recorded for a LayerScale checkpoint: any value builds the gammas, which are then loaded
 LAYER_SCALE_INIT = 1e-5
@@ -46,22 +49,49 @@ def _is_square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
 
 
-def heads_of(architecture: Any, kwargs: Dict[str, Any]) -> Optional[int]:
-    """The head count of a registered timm model name (ours or timm's) built with ``kwargs``."""
-    if isinstance(kwargs.get("num_heads"), int):
-        return kwargs["num_heads"]
-    if architecture in ARCHITECTURES:
-        return ARCHITECTURES[architecture]["num_heads"]
+def _act_name(module: torch.nn.Module) -> Optional[str]:
+    """timm's name for a built MLP activation (None: GELU, the default), by timm's own ``get_act_layer``."""
+    from timm.layers import get_act_layer
+
+    if (type(module) is torch.nn.GELU and module.approximate == "none") or type(module) is get_act_layer("gelu"):
+        return None
+    for name in ACT_NAMES:
+        if type(module) is get_act_layer(name):
+            return name
+    raise ConversionError(f"this timm model's MLP activation is {type(module).__name__}, which has no timm name "
+                          f"the scratch ViT takes as act_layer ({', '.join(ACT_NAMES)}, or GELU)")
+
+
+def architecture_facts(architecture: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """What a registered timm model name (ours or timm's) built with ``kwargs`` says that shapes cannot:
+    ``num_heads``, ``norm_eps`` and ``act_layer`` (absent for GELU). Read from the model built on ``meta``;
+    a name or kwargs timm cannot build here leave only what ``kwargs`` state themselves."""
     import timm
 
+    facts: Dict[str, Any] = {}
+    if isinstance(kwargs.get("num_heads"), int):
+        facts["num_heads"] = kwargs["num_heads"]
+    elif architecture in ARCHITECTURES:
+        facts["num_heads"] = ARCHITECTURES[architecture]["num_heads"]
+    if isinstance(kwargs.get("act_layer"), str) and kwargs["act_layer"] not in ("", "gelu"):
+        facts["act_layer"] = kwargs["act_layer"]
+    if isinstance(kwargs.get("norm_eps"), float):
+        facts["norm_eps"] = kwargs["norm_eps"]
     if not isinstance(architecture, str) or not timm.is_model(architecture):
-        return None
+        return facts
     try:
         with torch.device("meta"):
             model = timm.create_model(architecture, **{k: v for k, v in kwargs.items() if k != "pretrained"})
-        return int(model.blocks[0].attn.num_heads)
-    except Exception:  # a name or kwargs timm cannot build here: the heads stay unknown
-        return None
+        block = model.blocks[0]
+        heads, act, eps = int(block.attn.num_heads), block.mlp.act, float(block.norm1.eps)
+    except Exception:  # a name or kwargs timm cannot build here: only what the kwargs said
+        return facts
+    facts.update(num_heads=heads, norm_eps=eps)
+    if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
+        name = _act_name(act)
+        if name is not None:
+            facts["act_layer"] = name
+    return facts
 
 
 class TimmFormat(SourceFormat):
@@ -128,21 +158,18 @@ class TimmFormat(SourceFormat):
         return {k: v for k, v in found.items() if k in accepted}
 
     def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
-        """Heads (and image size) from a timm config.json beside the weights or a train.py checkpoint's args."""
+        """Heads, LayerNorm eps, MLP activation (and image size) from a timm config.json beside the weights or
+        a train.py checkpoint's args: what the shapes cannot tell. Without either, timm's defaults hold."""
         config, args = checkpoint.side_config, checkpoint.train_args
         hints: Dict[str, Any] = {}
         if "architecture" in config:
             model_args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
-            heads = heads_of(config["architecture"], model_args)
+            hints.update(architecture_facts(config["architecture"], model_args))
             if model_args.get("img_size") is not None:
                 hints["img_size"] = model_args["img_size"]
         elif args.get("model"):
             kwargs = args.get("model_kwargs") if isinstance(args.get("model_kwargs"), dict) else {}
-            heads = heads_of(args["model"], kwargs)
-        else:
-            heads = None
-        if heads:
-            hints["num_heads"] = heads
+            hints.update(architecture_facts(args["model"], kwargs))
         return hints
 
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
@@ -188,8 +215,10 @@ class TimmFormat(SourceFormat):
 
 
 def timm_options(arch: Arch) -> Dict[str, Any]:
-    """timm VisionTransformer arguments for ``arch``'s options (the names are timm's own)."""
-    return {"qkv_bias": True, **arch.options}
+    """timm VisionTransformer arguments for ``arch``'s options (the names are timm's own) and its LayerNorm eps."""
+    from timm.layers import LayerNorm
+
+    return {"qkv_bias": True, "norm_layer": partial(LayerNorm, eps=arch.norm_eps), **arch.options}
 
 
 def representation_head(features_model: torch.nn.Module, fc_weight: torch.Tensor, fc_bias: torch.Tensor,

@@ -14,7 +14,7 @@ import torch
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .formats import Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init
-from .keymap import KeyMap, Rule, transpose
+from .keymap import KeyMap, Rule, identity, transpose
 from .timm_format import representation_head
 from ..models.architecture import Arch
 
@@ -118,41 +118,24 @@ class JaxFormat(SourceFormat):
         dim, heads = arch.embed_dim, arch.num_heads
         head_dim = dim // heads
 
-        def kernel_heads(index: int):
-            # rows index*D:(index+1)*D of our qkv weight -> (D, heads, head_dim)
-            return lambda w: w[index * dim:(index + 1) * dim].t().reshape(dim, heads, head_dim)
-
-        def bias_heads(index: int):
+        def qkv_to_flax(index: int, kernel: bool):
+            # rows index*D:(index+1)*D of our qkv -> a (D, heads, head_dim) kernel or a (heads, head_dim) bias
+            if kernel:
+                return lambda w: w[index * dim:(index + 1) * dim].t().reshape(dim, heads, head_dim)
             return lambda b: b[index * dim:(index + 1) * dim].reshape(heads, head_dim)
 
-        rules: KeyMap = {
-            "embedding/kernel": Rule(("patch_embed.proj.weight",), conv_to_flax),
-            "embedding/bias": Rule.rename("patch_embed.proj.bias"),
-            "cls": Rule.rename("cls_token"),
-            "Transformer/posembed_input/pos_embedding": Rule.rename("pos_embed"),
-            "Transformer/encoder_norm/scale": Rule.rename("norm.weight"),
-            "Transformer/encoder_norm/bias": Rule.rename("norm.bias"),
-        }
-        if "pre_logits.fc.weight" in keys:
-            rules["pre_logits/kernel"] = Rule(("pre_logits.fc.weight",), transpose)
-            rules["pre_logits/bias"] = Rule.rename("pre_logits.fc.bias")
-        if "head.weight" in keys:
-            rules["head/kernel"] = Rule(("head.weight",), transpose)
-            rules["head/bias"] = Rule.rename("head.bias")
-        for i in range(arch.depth):
-            src, dst = f"blocks.{i}.", BLOCK.format(i)
-            for ours, theirs in (("norm1", "LayerNorm_0"), ("norm2", "LayerNorm_2")):
-                rules[f"{dst}{theirs}/scale"] = Rule.rename(f"{src}{ours}.weight")
-                rules[f"{dst}{theirs}/bias"] = Rule.rename(f"{src}{ours}.bias")
-            for index, name in enumerate(("query", "key", "value")):
-                rules[f"{dst}{ATTN}{name}/kernel"] = Rule((f"{src}attn.qkv.weight",), kernel_heads(index))
-                rules[f"{dst}{ATTN}{name}/bias"] = Rule((f"{src}attn.qkv.bias",), bias_heads(index))
-            rules[f"{dst}{ATTN}out/kernel"] = Rule(
-                (f"{src}attn.proj.weight",), lambda w: w.t().reshape(heads, head_dim, dim))
-            rules[f"{dst}{ATTN}out/bias"] = Rule.rename(f"{src}attn.proj.bias")
-            for layer, theirs in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
-                rules[f"{dst}{MLP}{theirs}/kernel"] = Rule((f"{src}mlp.{layer}.weight",), transpose)
-                rules[f"{dst}{MLP}{theirs}/bias"] = Rule.rename(f"{src}mlp.{layer}.bias")
+        # the import map names every pair once; each of its tensor operations is undone here
+        undo = {identity: identity, transpose: transpose, conv_from_flax: conv_to_flax,
+                out_from_flax: lambda w: w.t().reshape(heads, head_dim, dim)}
+        rules: KeyMap = {}
+        for ours, rule in self.key_map(set(), arch.depth).items():
+            if ours not in keys and ours.startswith(("pre_logits.", "head.")):
+                continue  # a model without a representation layer or without a classifier
+            if rule.op is qkv_from_flax:
+                for index, theirs in enumerate(rule.sources):
+                    rules[theirs] = Rule((ours,), qkv_to_flax(index, ours.endswith(".weight")))
+            else:
+                rules[rule.sources[0]] = Rule((ours,), undo[rule.op])
         return rules
 
 

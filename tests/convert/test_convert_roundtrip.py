@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from timm_vitscratch.convert import ConversionError, convert, export
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import model_config, write_config
+from timm_vitscratch.hub.model_dir import model_config, save_model_directory, write_config
 
 from tests.support import tiny
 from tests.support.sources import NUM_CLASSES, TOL, batch, logits, max_diff, randomized, timm_deit_distilled
@@ -122,3 +122,23 @@ def test_small_scratch_model_exports_to_jax_with_heads_axis(tmp_path):
         assert npz["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"].shape == (64, 4, 16)
         assert npz["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/out/kernel"].shape == (4, 16, 64)
         assert npz["embedding/kernel"].shape == (8, 8, 3, 64)
+
+
+@pytest.mark.parametrize("options, refused", [
+    (dict(init_values=1e-5), r"no place for \['blocks\.0\.ls1\.gamma'"),
+    (dict(reg_tokens=2), r"no place for \['reg_token'\]"),
+    (dict(qk_norm=True), r"no place for \['blocks\.0\.attn\.k_norm\.bias'"),
+    (dict(act_layer="quick_gelu"), "exact GELU; this model's MLP activation is QuickGELU"),
+    (dict(no_embed_class=True), "no_embed_class=True"),
+])
+def test_export_never_drops_an_option_the_target_cannot_hold(tmp_path, options, refused):
+    model = randomized(lambda: timm.create_model("scratch_vit_ti16", num_classes=NUM_CLASSES, **options))
+    model_dir = save_model_directory(model, tmp_path / "scratch")  # config.json records the options
+    for target, suffix in (("torchvision", ".pth"), ("jax", ".npz")):
+        with pytest.raises(ConversionError, match=refused):
+            export(model_dir, target, tmp_path / f"x{suffix}")
+        assert not (tmp_path / f"x{suffix}").exists()
+    # timm's VisionTransformer takes every option: the same directory exports to timm's layout
+    result = export(model_dir, "timm", tmp_path / "x.safetensors")
+    reference = timm.create_model("vit_tiny_patch16_224", num_classes=NUM_CLASSES, **options).eval()
+    reference.load_state_dict(load_file(str(result.out)), strict=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Union
+from typing import Any, Dict, List, Set, Union
 
 import torch
 
@@ -38,6 +38,23 @@ def _load_model_dir(model_dir: Path):
     return config["architecture"], model, model_dir / WEIGHTS_NAME
 
 
+def _refuse_what_the_layout_cannot_hold(model: torch.nn.Module, keys: Set[str], rules: Dict[str, Any], to: str,
+                                        library: str) -> None:
+    """Never drop part of a model silently: every tensor and every option must have a place in ``to``."""
+    unused = sorted(keys - {source for rule in rules.values() for source in rule.sources})
+    if unused:
+        raise ConversionError(f"{library}'s ViT layout has no place for {unused[:5]}"
+                              f"{f' ({len(unused)} in all)' if len(unused) > 5 else ''}; "
+                              "export to timm, whose VisionTransformer takes these options")
+    if to == "timm":
+        return
+    act = model.blocks[0].mlp.act
+    if not (type(act) is torch.nn.GELU and act.approximate == "none"):
+        raise ConversionError(f"{library}'s ViT uses exact GELU; this model's MLP activation is {act!r}")
+    if getattr(model, "no_embed_class", False):
+        raise ConversionError(f"{library}'s position table covers the class token; this model has no_embed_class=True")
+
+
 def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.dtype, None] = None) -> ExportResult:
     """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision) or ``.npz`` (jax).
 
@@ -70,6 +87,7 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.
                                   f"{sorted(set(expected) - keys)[:5]}, unexpected {sorted(keys - set(expected))[:5]})",
                                   weights)
         rules = fmt.export_map(arch, keys)
+        _refuse_what_the_layout_cannot_hold(model, keys, rules, to, fmt.library)
         specs = []
         for target, rule in rules.items():
             if not available(rule, keys):

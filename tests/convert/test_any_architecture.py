@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import save_file
 from timm.models._hub import save_config_for_hf
 
+from timm_vitscratch.convert.plan import TAG_PROVENANCE
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import VerificationError
 from timm_vitscratch.hub.model_dir import METADATA_KEY
@@ -96,7 +97,9 @@ def test_config_is_timms_save_config_for_hf_and_keeps_labels_and_preprocessing(t
     convert(tmp_path / "w.pth", tmp_path / "out", labels=tmp_path / "images")
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["label_names"] == ["cat", "dog", "owl"]
-    same = timm.create_model("scratch_vit_ti16", depth=2, img_size=64, num_classes=3)
+    # the same model: these weights are not the variant's default tag, so its cfg carries no tag provenance
+    same = timm.create_model("scratch_vit_ti16", depth=2, img_size=64, num_classes=3,
+                             pretrained_cfg_overlay=dict.fromkeys(TAG_PROVENANCE))
     save_config_for_hf(same, tmp_path / "timm.json", model_config={"label_names": ["cat", "dog", "owl"]})
     timms = json.loads((tmp_path / "timm.json").read_text())
     assert {k: v for k, v in config.items() if k != METADATA_KEY} == timms

@@ -55,6 +55,10 @@ def test_torchvision_vit(tmp_path):
     assert (result.source_format, result.model_name) == ("torchvision", "scratch_vit_ti16")
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["pretrained_cfg"]["mean"] == list(timm.data.IMAGENET_DEFAULT_MEAN)  # torchvision's preprocessing
+    # the variant's cfg is its default pretrained tag's; converted weights claim none of that tag's provenance
+    tag_cfg = timm.models.get_pretrained_cfg("scratch_vit_ti16").to_dict()
+    assert tag_cfg["tag"] and tag_cfg["origin_url"]
+    assert not {"tag", "description", "origin_url", "paper_name", "paper_ids", "license"} & set(config["pretrained_cfg"])
 
 
 def test_torchvision_legacy_mlp_names(tmp_path):

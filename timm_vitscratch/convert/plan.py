@@ -115,6 +115,10 @@ def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> Tuple[Arch, KeyMap, 
     return arch, rules, ignored
 
 
+#: pretrained-cfg fields that describe where a tag's weights come from
+TAG_PROVENANCE = ("tag", "description", "origin_url", "paper_ids", "paper_name", "notes", "license")
+
+
 def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[str] = None,
                     img_size: Any = None, dtype: Optional[torch.dtype] = None,
                     num_heads: Optional[int] = None, label_names: Optional[List[str]] = None) -> ConversionPlan:
@@ -127,7 +131,9 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
         if side % arch.patch_size:
             raise ConversionError(f"img_size {target_size} is not a multiple of the patch size {arch.patch_size}")
     args = model_args(arch, name, target_size)
-    overlay = fmt.preprocessing(checkpoint)
+    # the variant's cfg is its default tag's: converted weights are not that tag, so none of its provenance
+    # is kept; what the source itself records (a timm config.json's origin, license ...) comes back below
+    overlay = {**dict.fromkeys(TAG_PROVENANCE), **fmt.preprocessing(checkpoint)}
     labels = label_names if label_names is not None else fmt.label_names(checkpoint)
     if labels is not None and len(labels) != arch.num_classes:
         raise ConversionError(f"{len(labels)} label names for a classifier of {arch.num_classes} classes")

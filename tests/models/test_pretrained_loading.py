@@ -38,30 +38,23 @@ def assert_timm_preprocessing(ours, timm_name: str):
     assert resolve_data_config({}, model=ours) == resolve_data_config({}, model=reference)
 
 
-def test_timm_repo_tag_loads_timm_weights(offline_caches):
-    tag, timm_name = "scratch_vit_ti16.augreg_in21k_ft_in1k", "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
-    source = randomized(lambda: timm.create_model("vit_tiny_patch16_224"))
+@pytest.mark.parametrize("tag, timm_name", [
+    ("scratch_vit_ti16.augreg_in21k_ft_in1k", "vit_tiny_patch16_224.augreg_in21k_ft_in1k"),
+    ("scratch_deit_ti16_distilled.fb_in1k", "deit_tiny_distilled_patch16_224.fb_in1k"),
+])
+def test_timm_repo_tag_loads_timm_weights(offline_caches, tag, timm_name):
+    source = randomized(lambda: timm.create_model(timm_name.split(".")[0]))
     lay_in_hf_cache(offline_caches, get_pretrained_cfg(timm_name).hf_hub_id,
                     {"model.safetensors": save_safetensors(source.state_dict())})
     model = timm.create_model(tag, pretrained=True).eval()
     x = batch(224, n=1)
     assert max_diff(logits(model, x), logits(source, x)) <= TOL
     assert_timm_preprocessing(model, timm_name)
-    bare = timm.create_model("scratch_vit_ti16", pretrained=True).eval()  # the default tag, as timm's bare names
-    assert max_diff(logits(bare, x), logits(source, x)) <= TOL
-    assert bare.pretrained_cfg["tag"] == "augreg_in21k_ft_in1k"
     assert model.pretrained_cfg["label_names"] == tuple(ImageNetInfo("imagenet-1k").label_names())
-
-
-def test_deit_distilled_tag_loads_timm_deit(offline_caches):
-    tag, timm_name = "scratch_deit_ti16_distilled.fb_in1k", "deit_tiny_distilled_patch16_224.fb_in1k"
-    source = randomized(lambda: timm.create_model("deit_tiny_distilled_patch16_224"))
-    lay_in_hf_cache(offline_caches, get_pretrained_cfg(timm_name).hf_hub_id,
-                    {"model.safetensors": save_safetensors(source.state_dict())})
-    model = timm.create_model(tag, pretrained=True).eval()
-    x = batch(224, n=1)
-    assert max_diff(logits(model, x), logits(source, x)) <= TOL
-    assert_timm_preprocessing(model, timm_name)
+    variant = tag.split(".")[0]
+    bare = timm.create_model(variant, pretrained=True).eval()  # the default tag, as timm's bare names
+    assert max_diff(logits(bare, x), logits(source, x)) <= TOL
+    assert bare.pretrained_cfg["tag"] == tag.split(".")[1]
 
 
 def test_torchvision_url_tag_loads_torchvision_weights(offline_caches):

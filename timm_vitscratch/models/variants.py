@@ -168,24 +168,26 @@ def _reregister(variant: str) -> None:
         register_model(globals()[variant])
 
 
-def _loads_from_storage(variant: str, kwargs: Dict[str, Any]) -> bool:
+def _resolved_cfg(variant: str, kwargs: Dict[str, Any]) -> PretrainedCfg:
+    """The pretrained cfg timm's builder will use (read its fields directly: ``to_dict()`` deep-copies
+    an in-memory state dict)."""
+    return resolve_pretrained_cfg(variant, pretrained_cfg=kwargs.get("pretrained_cfg"),
+                                  pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"))
+
+
+def _names_weights(cfg: PretrainedCfg) -> bool:
+    """True when the cfg says where weights come from (a file, state dict, URL, repo)."""
+    return bool(cfg.file or cfg.state_dict is not None or cfg.url or cfg.hf_hub_id)
+
+
+def _loads_from_storage(cfg: PretrainedCfg) -> bool:
     """True when timm will read the pretrained weights from a file, a local dir or the Hub.
 
     Those tensors are fresh (memory-mapped by safetensors), so the model can take them by
     assignment. A state dict passed in memory (``pretrained_cfg_overlay=dict(state_dict=...)``)
     belongs to the caller and is copied as usual, never aliased.
     """
-    cfg = resolve_pretrained_cfg(
-        variant, pretrained_cfg=kwargs.get("pretrained_cfg"), pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"),
-    )  # a PretrainedCfg; read fields directly (its to_dict() deep-copies an in-memory state dict)
     return cfg.source in ("hf-hub", "local-dir") or cfg.state_dict is None
-
-
-def _names_weights(variant: str, kwargs: Dict[str, Any]) -> bool:
-    """True when the resolved pretrained cfg says where weights come from (a file, state dict, URL, repo)."""
-    cfg = resolve_pretrained_cfg(variant, pretrained_cfg=kwargs.get("pretrained_cfg"),
-                                 pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"))
-    return bool(cfg.file or cfg.state_dict is not None or cfg.url or cfg.hf_hub_id)
 
 
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
@@ -195,27 +197,28 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     model_tag = f"{variant}.{tag}"
     # a tag's weights may need arguments beyond the variant's (transformers' LayerNorm eps); its
     # input size (SWAG at 384/512/518) comes from the cfg's input_size through timm's builder
-    model_args = {**ARCHITECTURES[variant], **tag_model_args(model_tag), **kwargs}
-    # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
-    # a fresh model is initialised once (not first by nn.Linear's default and then again).
-    if pretrained and not tag and not _names_weights(variant, kwargs):
+    tag_args = tag_model_args(model_tag)
+    model_args = {**ARCHITECTURES[variant], **tag_args, **kwargs}
+    cfg = _resolved_cfg(variant, kwargs) if pretrained else None
+    if cfg is not None and not tag and not _names_weights(cfg):
         raise ValueError(f"{variant} has no default weights (its tags change the architecture): name one, "
                          f"e.g. {variant}.{default_cfgs[variant].tags[1]}, or give pretrained_cfg_overlay=dict(file=...)")
-    on_meta = pretrained and _loads_from_storage(variant, kwargs)
+    # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
+    # a fresh model is initialised once (not first by nn.Linear's default and then again).
+    on_meta = cfg is not None and _loads_from_storage(cfg)
     model = build_model_with_cfg(
         empty_model if on_meta else initialised_model, variant, pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
         **model_args,
     )
-    if tag_model_args(model_tag):  # recorded where timm's factory records model args, so saved configs keep them
-        model._model_args = tag_model_args(model_tag)
-    cfg = getattr(model, "pretrained_cfg", None)
-    if pretrained and model_tag in pretrained_tags() and isinstance(cfg, dict) \
-            and cfg.get("num_classes") == model.num_classes:
+    if tag_args:  # recorded where timm's factory records model args, so saved configs keep them
+        model._model_args = tag_args
+    built_cfg = getattr(model, "pretrained_cfg", None)
+    if pretrained and model_tag in pretrained_tags() and isinstance(built_cfg, dict) \
+            and built_cfg.get("num_classes") == model.num_classes and not built_cfg.get("label_names"):
         # ImageNet synsets of the loaded classifier, as timm infers them (only while the head is the source's)
-        cfg.setdefault("label_names", None)
-        cfg["label_names"] = cfg["label_names"] or imagenet_label_names(model.num_classes)
+        built_cfg["label_names"] = imagenet_label_names(model.num_classes)
     return model
 
 

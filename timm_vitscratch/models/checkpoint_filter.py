@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Set
 import torch
 from torch import nn
 
+from .layers import normal_init_
+
 if TYPE_CHECKING:
     from ..convert.formats import SourceFormat
 
@@ -54,7 +56,7 @@ def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
     device = "cpu" if like.is_meta else like.device
     tensor = torch.zeros(like.shape, dtype=like.dtype, device=device)
     if name.endswith("weight"):
-        nn.init.trunc_normal_(tensor, std=0.02)
+        normal_init_(tensor, std=0.02)  # the model's own init rule for a Linear weight
     return tensor
 
 

@@ -22,9 +22,18 @@ class VerificationError(ConversionError):
     """The converted model's logits differ from the source model's by more than the tolerance."""
 
 
+class ModelArgsError(ValueError):
+    """A config, side file or checkpoint's args asks for a model option outside the allow-list or its bounds.
+
+    Raised by :mod:`timm_vitscratch.models.model_args` on every route a saved config takes (``local-dir:``,
+    ``hf-hub:``, conversion, model directories); the message names the file, the option, its value and
+    what was expected. The loaders re-raise it as their own error type where they have one.
+    """
+
+
 class ModelDirectoryError(ValueError):
     """A model directory (local or on the Hub) whose files are missing, foreign, damaged or inconsistent.
 
-    Raised by ``hub_format.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
+    Raised by ``hub.model_dir.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
     the message starts with the directory (or ``repo@revision``) and says what is wrong.
     """

@@ -349,6 +349,7 @@ def test_activation_a_config_names_that_the_model_cannot_build(tmp_path):
     config = {"architecture": "vit_tiny_patch16_224", "num_classes": 10,
               "model_args": {"depth": 2, "img_size": 64, "act_layer": "no_such_act"}}
     (tmp_path / "src" / "config.json").write_text(json.dumps(config))
-    refused(tmp_path / "src", tmp_path / "out", "act_layer 'no_such_act' is not an activation timm knows")
-    with pytest.raises(ConversionError, match="MLP activation is Softsign, which has no timm name"):
-        architecture_facts("vit_tiny_patch16_224", {"depth": 1, "act_layer": torch.nn.Softsign})
+    refused(tmp_path / "src", tmp_path / "out", "act_layer is 'no_such_act'; expected one of")
+    # a file's args hold data, never a class: an activation module is refused by the allow-list
+    with pytest.raises(ConversionError, match="act_layer is <class 'torch.nn.modules.activation.Softsign'>"):
+        architecture_facts("vit_tiny_patch16_224", {"depth": 1, "act_layer": torch.nn.Softsign}, "args")

@@ -34,6 +34,7 @@ import torch
 from safetensors import safe_open
 
 from ..errors import ConversionError
+from ..reading import read_json_object, regular_file
 from .page_release import PageReleaser, release_mapped_range
 
 WRAPPER_KEYS = ("state_dict", "model")
@@ -251,6 +252,7 @@ class NpzCheckpoint(Checkpoint):
             if not isinstance(self._npz, np.lib.npyio.NpzFile):
                 raise ConversionError("is a single .npy array, not an .npz archive of named arrays", path)
             size = path.stat().st_size
+            check_expansion(self._npz.zip.infolist(), size, path)
             entries = {key: _npy_member(self._npz.zip, key, size, path) for key in self._npz.files}
         except ConversionError:
             self.close()
@@ -275,6 +277,17 @@ def _read_exactly(path: Path, offset: int, size: int) -> bytes:
     if len(data) != size:
         raise ConversionError("is truncated", path)
     return data
+
+
+def check_expansion(members: List[zipfile.ZipInfo], archive_size: int, path: Path) -> None:
+    """The whole archive's budget: all members together may not expand past ``NPZ_MAX_EXPANSION`` times the
+    file (beyond ``NPZ_EXPANSION_FLOOR``), however the bytes are split between them. Checked from the zip
+    directory, before any member is decompressed."""
+    total = sum(info.file_size for info in members)
+    if total > NPZ_EXPANSION_FLOOR and total > NPZ_MAX_EXPANSION * max(archive_size, 1):
+        raise ConversionError(
+            f"its {len(members)} members would decompress from {archive_size:,} to {total:,} bytes in all (more than "
+            f"{NPZ_MAX_EXPANSION}x): a decompression bomb, not weights; refused before decompressing anything", path)
 
 
 def _npy_member(archive: zipfile.ZipFile, key: str, archive_size: int, path: Path) -> Tuple[Shape, torch.dtype]:
@@ -377,6 +390,9 @@ def _sniff(path: Path) -> str:
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
+                check_expansion(archive.infolist(), path.stat().st_size, path)
+        except ConversionError:
+            raise
         except Exception as err:  # BadZipFile, but also UnicodeDecodeError, NotImplementedError ... on damage
             raise ConversionError(f"is a damaged zip archive (truncated?): {_brief(err)}", path) from None
         if any(name.endswith("data.pkl") for name in names):
@@ -392,20 +408,10 @@ def _sniff(path: Path) -> str:
                           "file (.pth/.pt/.bin) or a numpy .npz", path)
 
 
-def _read_json(path: Path) -> Dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConversionError(f"is not valid JSON: {err}", path) from None
-    if not isinstance(value, dict):
-        raise ConversionError("does not hold a JSON object", path)
-    return value
-
-
 def weights_file(directory: Path) -> Path:
     for name in DIRECTORY_WEIGHTS:
-        if (directory / name).is_file():
-            return directory / name
+        if os.path.lexists(directory / name):
+            return regular_file(directory / name, ConversionError, inside=directory)
     raise ConversionError(f"is a directory without a weights file (looked for {', '.join(DIRECTORY_WEIGHTS)})",
                           directory)
 
@@ -419,10 +425,12 @@ def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
     preprocess: Dict[str, Any] = {}
     if path.is_dir():
         directory, path = path, weights_file(path)
-        if (directory / "config.json").is_file():
-            side_config = _read_json(directory / "config.json")
-        if (directory / "preprocessor_config.json").is_file():
-            preprocess = _read_json(directory / "preprocessor_config.json")
+        if os.path.lexists(directory / "config.json"):
+            side_config = read_json_object(directory / "config.json", ConversionError, inside=directory)
+        if os.path.lexists(directory / "preprocessor_config.json"):
+            preprocess = read_json_object(directory / "preprocessor_config.json", ConversionError, inside=directory)
+    else:
+        regular_file(path, ConversionError)  # a FIFO or device would block or never end the read
     try:
         kind = _sniff(path)
     except OSError as err:

@@ -14,9 +14,10 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
-from ..errors import ConversionError
+from ..errors import ConversionError, ModelArgsError
 from ..models.build import build_on_meta
 from ..models.layers import to_2tuple
+from ..models.model_args import check_option
 from .checkpoint import Checkpoint
 from .formats import SourceFormat
 from .keymap import KeyMap, Rule, available
@@ -69,12 +70,9 @@ def _pair(size: Any) -> Optional[Tuple[int, int]]:
     if size is None:
         return None
     try:
-        pair = to_2tuple(size, "img_size")
-    except (TypeError, ValueError):
-        pair = None
-    if pair is None or not all(isinstance(v, int) and v > 0 for v in pair):
-        raise ConversionError(f"img_size must be a positive int or a (height, width) pair, got {size!r}")
-    return pair
+        return to_2tuple(check_option("img_size", size, "img_size"), "img_size")
+    except ModelArgsError as err:
+        raise ConversionError(str(err)) from None
 
 
 def _list(keys: List[str], limit: int = 5) -> str:
@@ -111,8 +109,23 @@ def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> Tuple[Arch, KeyMap, 
     shapes = {target: tuple(meta_output(rule, checkpoint, target).shape)
               for target, rule in rules.items() if available(rule, keys)}
     sources = {target: rule.sources for target, rule in rules.items()}
-    arch = infer_arch(shapes, depth, fmt.hints(checkpoint, keys), sources, fmt.options(shapes))
+    arch = infer_arch(shapes, depth, checked_hints(fmt.hints(checkpoint, keys)), sources, fmt.options(shapes))
     return arch, rules, ignored
+
+
+#: architecture facts a side file may state, and the model option whose bounds each must keep
+HINT_OPTIONS = {"num_heads": "num_heads", "img_size": "img_size", "norm_eps": "norm_eps", "act_layer": "act_layer",
+                "depth": "depth", "embed_dim": "embed_dim", "num_classes": "num_classes",
+                "representation_size": "representation_size"}
+
+
+def checked_hints(hints: Dict[str, Any]) -> Dict[str, Any]:
+    """A format's side-file facts, each inside the bounds a config's own option has (a side file is data)."""
+    where = hints.get("stated_by", "the config beside the weights")
+    try:
+        return {k: check_option(HINT_OPTIONS[k], v, where) if k in HINT_OPTIONS else v for k, v in hints.items()}
+    except ModelArgsError as err:
+        raise ConversionError(str(err)) from None
 
 
 #: pretrained-cfg fields that describe where a tag's weights come from
@@ -136,7 +149,8 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
     overlay = {**dict.fromkeys(TAG_PROVENANCE), **fmt.preprocessing(checkpoint)}
     labels = label_names if label_names is not None else fmt.label_names(checkpoint)
     if labels is not None and len(labels) != arch.num_classes:
-        raise ConversionError(f"{len(labels)} label names for a classifier of {arch.num_classes} classes")
+        raise ConversionError(f"{len(labels)} label names for a classifier of {arch.num_classes} classes; expected "
+                              f"one per class")
     try:
         meta_model = build_on_meta(name, pretrained_cfg_overlay=overlay, **args)
     except (ValueError, TypeError) as err:
@@ -151,6 +165,9 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
         if target == "pos_embed" and tuple(target_size) != tuple(arch.img_size):
             rule = rule.then(_resampler(fmt, arch, target_size))
         out = meta_output(rule, checkpoint, target)
+        if not out.dtype.is_floating_point:
+            raise ConversionError(f"{_list(list(rule.sources))} is {str(out.dtype).replace('torch.', '')}; weights must "
+                                  f"be floating point (float32, float16, bfloat16 or float64)", checkpoint.path)
         if tuple(out.shape) != tuple(expected.shape):
             raise ConversionError(f"{_list(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "
                                   f"{name} ({arch.describe()}) needs {tuple(expected.shape)} for {target!r}")

@@ -45,6 +45,12 @@ def infer_arch(
     if len(patch) != 4 or patch[2] != patch[3]:
         raise _no_variant(f"patch embedding has shape {patch}, expected (embed_dim, channels, patch, patch)")
     embed_dim, in_chans, patch_size = patch[0], patch[1], patch[2]
+    for fact, found in (("depth", depth), ("embed_dim", embed_dim)):
+        stated = hints.get(fact)
+        if stated is not None and stated != found:
+            what = f"{found} blocks" if fact == "depth" else f"a width of {found}"
+            raise ConversionError(f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {stated}, but "
+                                  f"its weights hold {what}: tensors are missing or the config is not this model's")
     qkv = _need(shapes, "blocks.0.attn.qkv.weight", "attention projection in block 0", sources)
     if tuple(qkv) != (3 * embed_dim, embed_dim):
         raise _no_variant(f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for "
@@ -72,6 +78,10 @@ def infer_arch(
         if len(head) != 2 or head[1] != expected_in:
             raise _no_variant(f"classifier is {head}, expected (classes, {expected_in})")
         arch.num_classes = head[0]
+    for fact in ("num_classes", "representation_size"):
+        if fact in hints and hints[fact] != getattr(arch, fact):
+            raise ConversionError(f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {hints[fact]}, "
+                                  f"but its weights have {getattr(arch, fact)}: the config is not this model's")
     if int(embed_dim * arch.mlp_ratio) != arch.mlp_hidden:
         raise _no_variant(f"MLP width {arch.mlp_hidden} is not a ratio of embed_dim {embed_dim} the model rebuilds")
     return arch

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
-from ..errors import ConversionError
+from ..errors import ConversionError, ModelArgsError
+from ..models.model_args import check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
 from .checkpoint import Checkpoint
 from .formats import (
@@ -62,13 +63,25 @@ def _act_name(module: torch.nn.Module) -> Optional[str]:
                           f"the scratch ViT takes as act_layer ({', '.join(ACT_NAMES)}, or GELU)")
 
 
-def architecture_facts(architecture: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """What a registered timm model name (ours or timm's) built with ``kwargs`` says that shapes cannot:
-    ``num_heads``, ``norm_eps`` and ``act_layer`` (absent for GELU). Read from the model built on ``meta``;
-    a name or kwargs timm cannot build here leave only what ``kwargs`` state themselves."""
+def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, Any]:
+    """What a registered timm model name (ours or timm's) built with ``kwargs`` says: ``num_heads``,
+    ``norm_eps`` and ``act_layer`` (absent for GELU), which shapes cannot tell, and ``depth`` /
+    ``embed_dim``, which the weights must agree with. ``kwargs`` come from a file (``where``): they pass
+    the allow-list and bounds of :mod:`timm_vitscratch.models.model_args` before anything is built.
+    Read from the model built on ``meta``; a name or kwargs timm cannot build here leave only what
+    ``kwargs`` state themselves."""
     import timm
 
-    facts: Dict[str, Any] = {}
+    try:
+        kwargs = check_model_args(kwargs, where)
+        if architecture in ARCHITECTURES:
+            check_architecture({**ARCHITECTURES[architecture], **kwargs}, where)
+    except ModelArgsError as err:
+        raise ConversionError(str(err)) from None
+    facts: Dict[str, Any] = {k: kwargs[k] for k in ("depth", "embed_dim") if k in kwargs}
+    if architecture in ARCHITECTURES:  # ours: the variant says whether it has a representation layer
+        facts["representation_size"] = kwargs.get("representation_size",
+                                                  ARCHITECTURES[architecture].get("representation_size"))
     if isinstance(kwargs.get("num_heads"), int):
         facts["num_heads"] = kwargs["num_heads"]
     elif architecture in ARCHITECTURES:
@@ -84,9 +97,10 @@ def architecture_facts(architecture: Any, kwargs: Dict[str, Any]) -> Dict[str, A
             model = timm.create_model(architecture, **{k: v for k, v in kwargs.items() if k != "pretrained"})
         block = model.blocks[0]
         heads, act, eps = int(block.attn.num_heads), block.mlp.act, float(block.norm1.eps)
+        depth, width = len(model.blocks), int(model.embed_dim)
     except Exception:  # a name or kwargs timm cannot build here: only what the kwargs said
         return facts
-    facts.update(num_heads=heads, norm_eps=eps)
+    facts.update(num_heads=heads, norm_eps=eps, depth=depth, embed_dim=width)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
         name = _act_name(act)
         if name is not None:
@@ -163,13 +177,17 @@ class TimmFormat(SourceFormat):
         config, args = checkpoint.side_config, checkpoint.train_args
         hints: Dict[str, Any] = {}
         if "architecture" in config:
-            model_args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
-            hints.update(architecture_facts(config["architecture"], model_args))
+            model_args = config.get("model_args") or {}
+            hints.update(architecture_facts(config["architecture"], model_args, "config.json model_args"))
+            hints["stated_by"] = "config.json beside the weights"
+            if "num_classes" in config:
+                hints["num_classes"] = config["num_classes"]
             if model_args.get("img_size") is not None:
                 hints["img_size"] = model_args["img_size"]
         elif args.get("model"):
-            kwargs = args.get("model_kwargs") if isinstance(args.get("model_kwargs"), dict) else {}
-            hints.update(architecture_facts(args["model"], kwargs))
+            kwargs = args.get("model_kwargs") or {}
+            hints.update(architecture_facts(args["model"], kwargs, "the checkpoint's train.py args (model_kwargs)"))
+            hints["stated_by"] = f"train.py args (model {args['model']!r})"
         return hints
 
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
@@ -180,8 +198,14 @@ class TimmFormat(SourceFormat):
 
     def label_names(self, checkpoint: Checkpoint) -> Optional[List[str]]:
         config = checkpoint.side_config
-        names = config.get("label_names") or (config.get("pretrained_cfg") or {}).get("label_names")
-        return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
+        cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
+        names = config.get("label_names", cfg.get("label_names"))
+        if names is None:
+            return None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ConversionError(f"config.json beside the weights has label_names {str(names)[:60]!r}; expected a "
+                                  f"list of strings, one per class", checkpoint.path)
+        return names
 
     def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> "Reference":
         from timm.models.deit import VisionTransformerDistilled

@@ -18,7 +18,8 @@ from typing import Any, Dict, Iterator, Set
 import torch
 from safetensors.torch import save_file
 
-from ..errors import ConversionError
+from ..errors import ConversionError, ModelArgsError
+from ..models.model_args import check_option
 from .checkpoint import Checkpoint
 from .formats import Reference, ReferenceSpec, Resample, SourceFormat, classifier_input, register, round_parameters
 from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
@@ -102,19 +103,20 @@ class TransformersFormat(SourceFormat):
             raise ConversionError(f"config.json asks for activations hidden_act={config.get('hidden_act')!r}, "
                                   f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
                                   checkpoint.path)
+        # transformers' names for our options; each value is checked as a config's own option is
+        fields = (("layer_norm_eps", "norm_eps"), ("num_attention_heads", "num_heads"), ("image_size", "img_size"))
+        hints: Dict[str, Any] = {"norm_eps": TRANSFORMERS_NORM_EPS}
         try:
-            hints: Dict[str, Any] = {"norm_eps": float(config.get("layer_norm_eps", TRANSFORMERS_NORM_EPS))}
-            if "num_attention_heads" in config:
-                hints["num_heads"] = int(config["num_attention_heads"])
-            if "image_size" in config:
-                size = config["image_size"]
-                hints["img_size"] = (int(size), int(size)) if isinstance(size, (int, float)) else tuple(
-                    int(v) for v in size)
-                if len(hints["img_size"]) != 2:
-                    raise ValueError(f"image_size {size!r} is neither a number nor a pair")
-        except (TypeError, ValueError) as err:
-            raise ConversionError(f"config.json beside the weights is not a usable ViT config: {err}",
-                                  checkpoint.path) from None
+            for field, option in fields:
+                if field in config:
+                    value = config[field]
+                    if option == "img_size" and type(value) is float and value.is_integer():
+                        value = int(value)  # transformers configs may store a whole number as float
+                    hints[option] = check_option(option, value, f"config.json beside the weights: {field}")
+        except ModelArgsError as err:
+            raise ConversionError(str(err).replace(f"{option} is", f"{field} is"), checkpoint.path) from None
+        if isinstance(hints.get("img_size"), int):
+            hints["img_size"] = (hints["img_size"], hints["img_size"])
         return hints
 
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import timm
 import torch
@@ -30,13 +30,17 @@ class Verification:
     tolerance: float
     reference: str  # which library built the source model
     uninformative_logits: bool = False  # the logits are the same for every input
+    nonfinite: Tuple[str, ...] = ()  # which outputs hold NaN or Inf ("our logits", "the source's features" ...)
 
     @property
     def passed(self) -> bool:
-        return self.max_abs_diff <= self.tolerance and not self.uninformative_logits
+        return not self.nonfinite and self.max_abs_diff <= self.tolerance and not self.uninformative_logits
 
     def failure(self) -> str:
         """Why verification failed, in one sentence."""
+        if self.nonfinite:
+            return (f"{' and '.join(self.nonfinite)} hold NaN or Inf on the fixed random batch, so nothing can be "
+                    f"compared: the weights hold NaN or Inf, or overflow in this dtype")
         if self.max_abs_diff > self.tolerance:
             return (f"max-abs-diff {self.max_abs_diff:.3g} (features {self.features_diff:.3g}, logits "
                     f"{self.logits_diff if self.logits_diff is None else format(self.logits_diff, '.3g')}) between "
@@ -75,12 +79,19 @@ def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: P
         raise ConversionError(f"--verify builds the source model with {plan.fmt.library}, which is not installed "
                               f"({err}); install it or convert without --verify") from None
     x = fixed_batch(plan.arch.in_chans, plan.img_size)
+    nonfinite: List[str] = []
     with torch.no_grad():
-        features = _diff(ours.forward_head(ours.forward_features(x), pre_logits=True), reference.features(x))
-        logits_diff, uninformative = None, False
+        outputs = {"our features": ours.forward_head(ours.forward_features(x), pre_logits=True),
+                   "the source's features": reference.features(x)}
         if reference.logits is not None:
-            logits = ours(x)
-            logits_diff = _diff(logits, reference.logits(x))
-            uninformative = constant_over_batch(logits.float())
+            outputs.update({"our logits": ours(x), "the source's logits": reference.logits(x)})
+    # checked first: max() and comparisons with NaN would otherwise pass for a number
+    nonfinite = [name for name, value in outputs.items() if not bool(value.isfinite().all())]
+    features = _diff(outputs["our features"], outputs["the source's features"])
+    logits_diff, uninformative = None, False
+    if reference.logits is not None:
+        logits_diff = _diff(outputs["our logits"], outputs["the source's logits"])
+        uninformative = not nonfinite and constant_over_batch(outputs["our logits"].float())
     worst = max(features, logits_diff if logits_diff is not None else 0.0)
-    return Verification(worst, features, logits_diff, tolerance, reference.description, uninformative)
+    return Verification(worst, features, logits_diff, tolerance, reference.description, uninformative,
+                        tuple(nonfinite))

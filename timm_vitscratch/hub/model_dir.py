@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from timm.models._hub import save_config_for_hf
 from safetensors import safe_open
@@ -26,6 +26,9 @@ from torch import nn
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..models.build import build_on_meta
+from ..errors import ModelArgsError
+from ..models.model_args import check_label_names, check_saved_config
+from ..reading import read_json_object, read_text, regular_file
 from ..models.variants import ARCHITECTURES
 from ..tensor_writer import TensorSpec, write_safetensors
 
@@ -35,9 +38,6 @@ if TYPE_CHECKING:
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 METADATA_KEY = "vitscratch"
-#: model_args that say where to build, not what: never taken from a file (a model is checked on meta)
-PLACEMENT_ARGS = ("device", "dtype")
-_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 
 
 def model_config(
@@ -75,11 +75,8 @@ def read_label_names(path: PathLike) -> List[str]:
     if path.is_dir():
         names = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
         what = f"{path} has no class sub-directories (expected an image folder: one directory per class)"
-    elif path.is_file():
-        try:
-            names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except UnicodeDecodeError as err:
-            raise ModelDirectoryError(f"{path} is not UTF-8 text: {err}") from None
+    elif path.exists():
+        names = [line.strip() for line in read_text(path, ModelDirectoryError).splitlines() if line.strip()]
         what = f"{path} holds no label names (expected one name per line)"
     else:
         raise ModelDirectoryError(f"{path} does not exist: expected a file of label names (one per line) or an "
@@ -126,24 +123,13 @@ def read_config(directory: PathLike) -> Dict[str, Any]:
     """Read a model directory's ``config.json``: a JSON object, or a clear error naming the file.
 
     Raises ``FileNotFoundError`` when it is missing and :class:`ModelDirectoryError` (a ``ValueError``)
-    when it is not UTF-8 JSON holding an object.
+    when it is not a regular file inside the directory, is too large or too deeply nested, or is not
+    UTF-8 JSON holding an object (see :mod:`timm_vitscratch.reading`).
     """
     path = Path(directory) / CONFIG_NAME
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path} not found: a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    try:
-        config = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ModelDirectoryError(f"{path} is not UTF-8 text (damaged?): {err}") from None
-    except json.JSONDecodeError as err:
-        raise ModelDirectoryError(f"{path} is not valid JSON: {err}") from None
-    except RecursionError:
-        raise ModelDirectoryError(f"{path} nests JSON too deeply to be a model config") from None
-    if not isinstance(config, dict):
-        raise ModelDirectoryError(f"{path} holds a JSON {type(config).__name__}, not an object of config fields")
-    return config
+    return read_json_object(path, ModelDirectoryError, inside=directory)
 
 
 def write_model_directory(
@@ -184,12 +170,14 @@ def save_model_directory(model: nn.Module, directory: PathLike, source: Optional
     return directory
 
 
-def config_model_args(config: Dict[str, Any], weight_names: Iterable[str], label: str) -> Tuple[str, Dict[str, Any]]:
+def config_model_args(config: Dict[str, Any], shapes: Mapping[str, Tuple[int, ...]],
+                      label: str) -> Tuple[str, Dict[str, Any]]:
     """The architecture and ``create_model`` keyword arguments a model directory's config asks for.
 
-    Checks the fields' types, and that the depth matches the blocks in the weights before anything is
-    built (a config claiming a billion blocks is refused here rather than built). Raises
-    :class:`ModelDirectoryError` starting with ``label``.
+    The config is data: its ``model_args`` pass the allow-list and bounds of
+    :mod:`timm_vitscratch.models.model_args`, and with its top-level ``num_classes`` / ``label_names``
+    they must describe the weights' ``shapes`` (blocks, width, patch, classes ...) before anything is
+    built. Raises :class:`ModelDirectoryError` starting with ``label``.
     """
     architecture = config.get("architecture")
     if not isinstance(architecture, str) or architecture not in ARCHITECTURES:
@@ -197,17 +185,20 @@ def config_model_args(config: Dict[str, Any], weight_names: Iterable[str], label
             f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
             f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
             f"timm.create_model('hf-hub:...') / 'local-dir:...'.")
-    model_args = config.get("model_args") or {}
-    if not isinstance(model_args, dict):
-        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args is a {type(model_args).__name__}, "
-                                  "expected an object of create_model arguments")
-    kwargs = {k: v for k, v in model_args.items() if k not in PLACEMENT_ARGS}
-    kwargs.setdefault("num_classes", config.get("num_classes", 1000))
-    depth = kwargs.get("depth", ARCHITECTURES[architecture]["depth"])
-    blocks = {int(m.group(1)) for m in map(_BLOCK_KEY.match, weight_names) if m}
-    if type(depth) is not int or depth != len(blocks):
-        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} asks for depth {depth!r}, but {WEIGHTS_NAME} holds "
-                                  f"{len(blocks)} blocks")
+    pretrained_cfg = config.get("pretrained_cfg", {})
+    if not isinstance(pretrained_cfg, dict):
+        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} pretrained_cfg is a {type(pretrained_cfg).__name__}; "
+                                  "expected an object")
+    cfg = {"num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
+           "input_size": pretrained_cfg.get("input_size"), "label_names": config.get("label_names")}
+    try:
+        kwargs = check_saved_config(ARCHITECTURES[architecture], config.get("model_args") or {}, cfg,
+                                    f"{label}: {CONFIG_NAME}", shapes)
+        if pretrained_cfg.get("label_names") is not None:
+            check_label_names(pretrained_cfg["label_names"], cfg["num_classes"], f"{label}: {CONFIG_NAME} pretrained_cfg")
+    except ModelArgsError as err:
+        raise ModelDirectoryError(str(err)) from None
+    kwargs.setdefault("num_classes", cfg["num_classes"])
     metadata = config.get(METADATA_KEY, {})
     if not isinstance(metadata, dict) or not isinstance(metadata.get("sha256", ""), str):
         raise ModelDirectoryError(f"{label}: {CONFIG_NAME}'s {METADATA_KEY!r} entry is damaged: expected "
@@ -215,15 +206,17 @@ def config_model_args(config: Dict[str, Any], weight_names: Iterable[str], label
     return architecture, kwargs
 
 
-def check_model_directory(directory: PathLike, require_sha256: bool = True,
-                          label: Optional[str] = None) -> Tuple[Dict[str, Any], nn.Module]:
+def check_model_directory(directory: PathLike, require_sha256: bool = True, label: Optional[str] = None,
+                          strict: bool = False) -> Tuple[Dict[str, Any], nn.Module]:
     """Check that ``directory`` holds weights for a registered architecture, as its config says.
 
     Returns the config and the model built from it on ``meta`` (no memory). Raises
-    :class:`ModelDirectoryError` naming what is wrong: a missing or damaged file, an architecture the
-    plugin does not register, tensors that do not fit the architecture, or a sha256 that does not match.
-    Only the safetensors header is parsed (by the safetensors library, which bounds it) before the
-    sha256 is computed; nothing in either file is executed.
+    :class:`ModelDirectoryError` naming what is wrong: a missing, damaged or irregular file (a FIFO, a
+    symlink out of the directory), an architecture the plugin does not register, options outside the
+    allow-list, tensors that do not fit the architecture or are not floating point, or a sha256 that does
+    not match. Weights holding NaN or Inf are reported with a :class:`NonFiniteWeightsWarning`, or
+    refused with ``strict=True``. Only the safetensors header is parsed (by the safetensors library,
+    which bounds it) before the architecture is checked; nothing in either file is executed.
     """
     directory = Path(directory)
     label = label or str(directory)
@@ -232,10 +225,14 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True,
     except (FileNotFoundError, ModelDirectoryError) as err:
         raise ModelDirectoryError(f"{label}: {err}") from None
     weights = directory / WEIGHTS_NAME
-    if not weights.is_file():
+    if not os.path.lexists(weights):
         raise ModelDirectoryError(f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+    try:
+        regular_file(weights, ModelDirectoryError, inside=directory)
+    except ModelDirectoryError as err:
+        raise ModelDirectoryError(f"{label}: {err}") from None
     found = _tensor_shapes(weights, label)
-    architecture, kwargs = config_model_args(config, found, label)
+    architecture, kwargs = config_model_args(config, {k: shape for k, (shape, _) in found.items()}, label)
     model = _meta_model(architecture, kwargs, label)
     _check_tensors(found, model, label)
     expected = config.get(METADATA_KEY, {}).get("sha256")
@@ -249,7 +246,28 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True,
             raise ModelDirectoryError(
                 f"{label}: {WEIGHTS_NAME} has sha256 {actual}, but {CONFIG_NAME} says {expected}: "
                 "these are not the weights the config describes")
+    _check_finite(weights, label, strict)
     return config, model
+
+
+class NonFiniteWeightsWarning(UserWarning):
+    """A model directory's weights hold NaN or Inf (refused instead with ``strict=True`` / ``--strict``)."""
+
+
+def _check_finite(weights: Path, label: str, strict: bool) -> None:
+    """Warn (or, ``strict``, refuse) when any tensor holds NaN or Inf; read one tensor at a time."""
+    bad = []
+    with safe_open(str(weights), framework="pt") as handle:
+        for key in handle.keys():
+            if not bool(handle.get_tensor(key).isfinite().all()):
+                bad.append(key)
+    if not bad:
+        return
+    message = (f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({', '.join(bad[:3])}"
+               f"{', ...' if len(bad) > 3 else ''}); such a model computes NaN")
+    if strict:
+        raise ModelDirectoryError(message)
+    warnings.warn(message, NonFiniteWeightsWarning, stacklevel=3)
 
 
 def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:
@@ -260,21 +278,37 @@ def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Mod
                                   f"{architecture}: {type(err).__name__}: {err}") from None
 
 
-def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[int, ...]]:
-    """Names and shapes from the safetensors header (validated by the library; no tensor is read)."""
+#: the dtypes a model directory's weights may have (the model's dtype, or a cast timm's load does)
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[Tuple[int, ...], str]]:
+    """Names, shapes and dtypes from the safetensors header (validated by the library; no tensor is read)."""
+    with open(weights, "rb") as handle:
+        head = handle.read(9)
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
+                                  f"`vitscratch convert {weights} OUT_DIR`")
     try:
         with safe_open(str(weights), framework="pt") as handle:
-            return {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
+            found = {k: (tuple(handle.get_slice(k).get_shape()), handle.get_slice(k).get_dtype())
+                     for k in handle.keys()}
     except Exception as err:  # safetensors raises its own error types for a damaged header
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
+    odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_DTYPES]
+    if odd:
+        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} holds tensors that are not floating point: "
+                                  f"{', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''}; expected "
+                                  f"{', '.join(FLOAT_DTYPES)}")
+    return found
 
 
-def _check_tensors(found: Dict[str, Tuple[int, ...]], model: nn.Module, label: str) -> None:
+def _check_tensors(found: Dict[str, Tuple[Tuple[int, ...], str]], model: nn.Module, label: str) -> None:
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [f"missing {k}" for k in expected if k not in found]
     problems += [f"unexpected {k}" for k in found if k not in expected]
-    problems += [f"{k}: {found[k]} where the architecture needs {v}" for k, v in expected.items()
-                 if k in found and found[k] != v]
+    problems += [f"{k}: {found[k][0]} where the architecture needs {v}" for k, v in expected.items()
+                 if k in found and found[k][0] != v]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} does not fit the architecture in {CONFIG_NAME}: {shown}")

@@ -17,8 +17,13 @@ import torch
 from timm.data import create_transform, resolve_data_config
 from torch import nn
 
+from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write
+from ..models.model_args import check_architecture, check_option
 from ..models.variants import ARCHITECTURES, unknown_model_message
+
+#: the most memory the attention maps of one picture may take (every block's, every head's)
+MAX_ATTENTION_BYTES = 1 << 30
 
 FIGSIZE = (9.0, 3.4)  # inches; at DPI 100 the PNG is 900 x 340 pixels
 DPI = 100
@@ -80,10 +85,18 @@ def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Mod
 
     Returns the model in eval mode and a description for the figure title.
     """
-    kwargs = {} if img_size is None else dict(img_size=img_size)
+    kwargs = {} if img_size is None else dict(img_size=check_option("img_size", img_size, "--img-size"))
+    if name_or_dir in ARCHITECTURES:
+        check_architecture({**ARCHITECTURES[name_or_dir], **kwargs}, f"{name_or_dir} with {kwargs}")
     path = Path(name_or_dir)
     if path.is_dir():
-        model = timm.create_model(f"local-dir:{path}", pretrained=True, **kwargs)
+        if not (path / "model.safetensors").is_file():
+            raise ModelDirectoryError(f"{path}: no model.safetensors; --model takes a model directory holding "
+                                      "config.json and model.safetensors (convert other weights with vitscratch convert)")
+        try:
+            model = timm.create_model(f"local-dir:{path}", pretrained=True, **kwargs)
+        except RuntimeError as err:  # timm's loader raises RuntimeError for weights that do not fit
+            raise ModelDirectoryError(f"{path}: cannot load the model: {str(err).splitlines()[0]}") from None
         description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {path}"
     elif name_or_dir in ARCHITECTURES:
         with torch.random.fork_rng(devices=[]):  # same picture on every run, global RNG untouched
@@ -93,6 +106,12 @@ def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Mod
     else:
         raise ValueError(f"{unknown_model_message(name_or_dir)} (--model takes a registered name or a model "
                          "directory holding config.json and model.safetensors)")
+    tokens = model.patch_embed.num_patches + model.num_prefix_tokens
+    kept = len(model.blocks) * model.blocks[0].attn.num_heads * tokens * tokens * 4
+    if kept > MAX_ATTENTION_BYTES:
+        # every block's attention matrix is kept for the picture: tokens^2 per head
+        raise ValueError(f"{description} at {tokens} tokens would keep {kept:,} bytes of attention maps; expected at "
+                         f"most {MAX_ATTENTION_BYTES:,} (give a smaller --img-size)")
     if model.patch_embed.in_chans != 3:
         raise ValueError(f"attention pictures need an RGB model (in_chans=3), got in_chans={model.patch_embed.in_chans}")
     return model.eval(), description

@@ -12,6 +12,7 @@ from torch import nn
 
 from ..models.architecture import describe_model
 from ..models.build import build_on_meta
+from ..models.model_args import check_architecture, check_option
 from .counts import (
     analytic_param_count, block_param_breakdown, block_param_formula, block_part_formulas, 
     hidden_parameters, leaf_module_param_count, param_breakdown, true_param_count,
@@ -34,13 +35,17 @@ WHY_COUNTS_DIFFER = (
     "module, so the leaf-module count misses them")
 
 
-def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = None) -> Dict[str, Any]:
-    """create_model overrides for the options the user gave."""
+def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = None,
+                 model_name: Optional[str] = None) -> Dict[str, Any]:
+    """create_model overrides for the options the user gave, inside the bounds a config file has
+    (:mod:`timm_vitscratch.models.model_args`): nothing is built for a size that cannot fit in memory."""
     kwargs: Dict[str, Any] = {}
     if num_classes is not None:
-        kwargs["num_classes"] = num_classes
+        kwargs["num_classes"] = check_option("num_classes", num_classes, "--num-classes")
     if img_size is not None:
-        kwargs["img_size"] = img_size
+        kwargs["img_size"] = check_option("img_size", img_size, "--img-size")
+    if model_name in ARCHITECTURES:
+        check_architecture({**ARCHITECTURES[model_name], **kwargs}, f"{model_name} with {kwargs}")
     return kwargs
 
 
@@ -134,7 +139,7 @@ def build_report(
     """Everything ``vitscratch summary`` shows about one registered model, as JSON-ready data."""
     if batch < 1:
         raise ValueError(f"--batch must be >= 1, got {batch}")
-    kwargs = model_kwargs(num_classes, img_size)
+    kwargs = model_kwargs(num_classes, img_size, model_name)
     model = build_on_meta(model_name, **kwargs)
     true_count = true_param_count(model)
     shapes = dict(model.named_parameters())

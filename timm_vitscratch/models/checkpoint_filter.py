@@ -121,7 +121,9 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[st
     if wrong:
         raise ConversionError(f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: "
                               f"{'; '.join(wrong[:5])}")
+    check_floating(out, f"{fmt.name} checkpoint")
     fresh = [k for k in own if k.startswith(HEAD_PREFIXES) and (k not in out or out[k].shape != own[k].shape)]
+    _check_representation(own, out, fresh, keys & head_sources, fmt.name)
     for key in fresh:
         out[key] = _fresh(own[key], key)
     dropped = sorted(k for k in keys & head_sources if k not in used)
@@ -132,6 +134,42 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[st
             ", ".join(parts) or "nothing", f" (the checkpoint's {', '.join(sorted({k.rsplit('.', 1)[0] for k in dropped}))}"
             " not used)" if dropped else "")
     return out
+
+
+def _check_representation(own: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor], fresh: List[str],
+                          head_keys: Set[str], fmt: str) -> None:
+    """A kept classifier must read what it was trained on: the checkpoint's representation layer (Linear +
+    Tanh, "has_logits") exactly when the model has one. Otherwise the logits would be silently wrong, so
+    the mismatch is refused unless the classifier itself is new (another ``num_classes``)."""
+    from ..errors import ConversionError
+
+    kept_head = "head.weight" in own and "head.weight" in out and "head.weight" not in fresh
+    model_has = "pre_logits.fc.weight" in own
+    checkpoint_has = any("pre_logits" in k for k in head_keys)
+    if not kept_head or model_has == checkpoint_has:
+        return
+    if checkpoint_has:
+        raise ConversionError(
+            f"this {fmt} checkpoint's classifier reads a representation layer (pre_logits, Linear + Tanh) that the "
+            f"model does not have, so its logits would be wrong: build the model with representation_size="
+            f"{out['head.weight'].shape[1]} (the scratch_*_in21k variants), or with another num_classes for a new "
+            f"classifier on the plain features")
+    raise ConversionError(
+        f"the model has a representation layer (pre_logits) that this {fmt} checkpoint does not, so it would be "
+        f"random while the checkpoint's classifier is kept: build the model without representation_size, or with "
+        f"another num_classes so that both are new")
+
+
+def check_floating(state_dict: Mapping[str, Any], label: str = "checkpoint") -> None:
+    """Weights must be floating point: an int8 or bool tensor would be cast to the model's dtype silently."""
+    from ..errors import ConversionError
+
+    odd = [f"{k} ({str(v.dtype).replace('torch.', '')})" for k, v in state_dict.items()
+           if isinstance(v, torch.Tensor) and not v.is_floating_point()]
+    if odd:
+        raise ConversionError(f"cannot load this {label}: {', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''} "
+                              f"{'is' if len(odd) == 1 else 'are'} not floating point; weights are float32, float16, "
+                              f"bfloat16 or float64 (cast to the model's dtype on load)")
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, Any], model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -148,6 +186,7 @@ def remap_on_load(module: nn.Module, state_dict: Dict[str, Any], prefix: str, lo
     """
     own = set(module.state_dict())
     mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    check_floating({k: v for k, v in mine.items() if k in own})
     if set(mine) <= own or not mine:
         return
     from ..convert.checkpoint import StateDictCheckpoint

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import warnings
 from typing import Any, Dict
 
@@ -13,6 +14,7 @@ from timm.models import (
 
 from .build import empty_model, initialised_model
 from .checkpoint_filter import checkpoint_filter_fn
+from .model_args import check_saved_config, safetensors_shapes
 from .pretrained import imagenet_label_names, pretrained_tags, tag_model_args
 from .vision_transformer import VisionTransformer
 
@@ -190,7 +192,26 @@ def _loads_from_storage(cfg: PretrainedCfg) -> bool:
     return cfg.source in ("hf-hub", "local-dir") or cfg.state_dict is None
 
 
+def _check_file_config(variant: str, kwargs: Dict[str, Any]) -> None:
+    """What a ``local-dir:`` / ``hf-hub:`` config asks for, checked before anything is built.
+
+    timm hands the file's ``model_args`` over as ``pretrained_model_args`` (and merges them into the
+    keyword arguments) and its top-level fields inside ``pretrained_cfg``; all of it is data from the
+    directory's or repo's author and passes the allow-list and bounds of :mod:`.model_args`. For a local
+    directory the architecture must also match the weights' shapes, read from the safetensors header.
+    """
+    cfg = kwargs.get("pretrained_cfg")
+    if not isinstance(cfg, dict) or cfg.get("source") not in ("local-dir", "hf-hub"):
+        return
+    where = f"{cfg.get('file') or cfg.get('hf_hub_id')}/config.json"
+    shapes = None
+    if cfg["source"] == "local-dir" and cfg.get("file"):
+        shapes = safetensors_shapes(os.path.join(cfg["file"], "model.safetensors"))
+    check_saved_config(ARCHITECTURES[variant], kwargs.get("pretrained_model_args") or {}, cfg, where, shapes)
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    _check_file_config(variant, kwargs)
     requested = kwargs.get("pretrained_cfg")
     # the tag timm resolves: the one named, the default for a bare name, none for a cfg given as a dict
     tag = requested if isinstance(requested, str) else "" if requested else default_tag(variant)

@@ -24,17 +24,19 @@ from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 
 from tests.support import tiny
+from tests.support.fuzz_plan import PLAN
 from tests.support.fuzzing import CASES, LoaderProcess, check_outcome, damaged, fuzz_settings, safetensors_structure, whole, zip_structure
 from tests.support.hub_fixtures import model_dir, repo_for, upload_raw
 from tests.support.sources import google_npz, timm_vit
 
-#: cases per test (kept small enough for CI: about a minute for the whole file on a 2-core machine)
-READER_CASES = {"safetensors": 150, "torch-zip": 150, "torch-legacy": 120, "npz": 100, "npz-compressed": 80}
-CONFIG_CASES = 150
-CONFIG_FIELD_CASES = 150
-WEIGHTS_CASES = 40
-CONVERT_CASES = {"safetensors": 20, "torch-zip": 20, "jax-npz": 16}
-PULL_CASES = 16
+#: cases per test, from the one table (kept small enough for CI: about a minute for the whole file)
+READER_CASES = {c: PLAN[f"checkpoint reader, {c}"] for c in ("safetensors", "torch-zip", "torch-legacy", "npz",
+                                                               "npz-compressed")}
+CONFIG_CASES = PLAN["config.json bytes (read_config + check_model_directory)"]
+CONFIG_FIELD_CASES = PLAN["config.json fields of any type (check_model_directory)"]
+WEIGHTS_CASES = PLAN["model.safetensors bytes (check_model_directory)"]
+CONVERT_CASES = {k: PLAN[f"convert, {k}"] for k in ("safetensors", "torch-zip", "jax-npz")}
+PULL_CASES = PLAN["pull, damaged config.json"] + PLAN["pull, damaged model.safetensors"]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +113,9 @@ def test_damaged_config_json_reads_and_checks_or_raise_model_directory_error(loa
             assert checked == "error", description
         return checked
 
-    fuzz("config.json (read_config + check_model_directory)", original, whole(original), CONFIG_CASES, check)
-    assert set(CASES["config.json (read_config + check_model_directory)"]) == {"ok", "error"}
+    name = "config.json bytes (read_config + check_model_directory)"
+    fuzz(name, original, whole(original), CONFIG_CASES, check)
+    assert set(CASES[name]) == {"ok", "error"}
 
 
 JSON_VALUES = st.recursive(
@@ -170,7 +173,7 @@ def test_damaged_weights_never_pass_check_model_directory(loader, tmp_path):
         assert outcome == "error", f"{description}: damaged weights passed the check"
         return outcome
 
-    fuzz("model.safetensors (check_model_directory)", original, safetensors_structure(original), WEIGHTS_CASES,
+    fuzz("model.safetensors bytes (check_model_directory)", original, safetensors_structure(original), WEIGHTS_CASES,
          check)
 
 

@@ -18,7 +18,7 @@ warnings.filterwarnings("ignore")  # torch warns about odd pickle protocols in d
 
 from timm_vitscratch.convert import convert  # noqa: E402
 from timm_vitscratch.convert.checkpoint import open_checkpoint  # noqa: E402
-from timm_vitscratch.errors import ConversionError, ModelDirectoryError  # noqa: E402
+from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError  # noqa: E402
 from timm_vitscratch.files import sha256_file  # noqa: E402
 from timm_vitscratch.hub.client import check_model_directory  # noqa: E402
 from timm_vitscratch.hub.model_dir import read_config  # noqa: E402
@@ -52,7 +52,7 @@ def read_model_config(path: Path, request: dict) -> dict:
 
 
 def check_directory(path: Path, request: dict) -> dict:
-    config, _ = check_model_directory(path, require_sha256=True)
+    config, _ = check_model_directory(path, require_sha256=True, strict=bool(request.get("strict")))
     return {"outcome": "ok", "sha256": config["vitscratch"]["sha256"]}
 
 
@@ -76,11 +76,13 @@ def allocate(path: Path, request: dict) -> dict:
 def timm_local_dir(path: Path, request: dict) -> dict:
     import timm
 
-    timm.create_model(f"local-dir:{path}", pretrained=True)
-    return {"outcome": "ok"}
+    model = timm.create_model(f"local-dir:{path}", pretrained=True)
+    dtypes = sorted({str(p.dtype) for p in model.parameters()})
+    return {"outcome": "ok", "dtypes": dtypes}
 
 
-LOADERS = {"limit_memory": (limit_memory, ()), "allocate": (allocate, ()), "timm_local_dir": (timm_local_dir, ()),
+LOADERS = {"limit_memory": (limit_memory, ()), "allocate": (allocate, ()),
+           "timm_local_dir": (timm_local_dir, (ModelArgsError, ConversionError, ModelDirectoryError)),
            "checkpoint": (load_checkpoint_file, ConversionError), "convert": (convert_file, ConversionError),
            "read_config": (read_model_config, ModelDirectoryError),
            "check_model_directory": (check_directory, ModelDirectoryError)}

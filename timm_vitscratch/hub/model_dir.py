@@ -286,7 +286,8 @@ def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[Tuple[int, ...]
     """Names, shapes and dtypes from the safetensors header (validated by the library; no tensor is read)."""
     with open(weights, "rb") as handle:
         head = handle.read(9)
-    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+    # safetensors starts with its header's length, then "{"; torch.save writes a zip or a pickle
+    if head[8:9] != b"{" and (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
                                   f"`vitscratch convert {weights} OUT_DIR`")
     try:

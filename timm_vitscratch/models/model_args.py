@@ -8,7 +8,7 @@ here before anything is built; anything else (``pretrained``, ``cache_dir``, ``c
 file write ever follows from a config. Where weights exist, the architecture must also agree with
 their shapes (:func:`shape_problems`) before a model is built, even on ``meta``.
 
-``python -m timm_vitscratch.models.model_args`` prints the table docs/guarantees.md shows.
+:func:`bounds_table` prints the table docs/guarantees.md shows.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import ModelArgsError
 
@@ -311,12 +311,3 @@ def bounds_table() -> str:
     rows += ["", f"Together: at most {MAX_PATCHES:,} patches per image, `num_heads` divides `embed_dim`, and at "
                  f"most {MAX_PARAMETERS:,} parameters (estimated before anything is built)."]
     return "\n".join(rows)
-
-
-def _main(argv: Optional[Sequence[str]] = None) -> int:
-    print(bounds_table())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

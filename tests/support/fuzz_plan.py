@@ -1,0 +1,37 @@
+"""How many cases each fuzzed surface runs: one table, read by the fuzz tests (which assert that exactly
+this many ran) and printed for docs/guarantees.md by ``python -m tests.support.fuzz_plan``."""
+from __future__ import annotations
+
+#: surface -> cases per run (deterministic: hypothesis with derandomize=True, or an exhaustive list)
+PLAN = {
+    # damaged bytes (tests/convert/test_fuzz_loaders.py)
+    "checkpoint reader, safetensors": 150,
+    "checkpoint reader, torch-zip": 150,
+    "checkpoint reader, torch-legacy": 120,
+    "checkpoint reader, npz": 100,
+    "checkpoint reader, npz-compressed": 80,
+    "config.json bytes (read_config + check_model_directory)": 150,
+    "config.json fields of any type (check_model_directory)": 150,
+    "model.safetensors bytes (check_model_directory)": 40,
+    "convert, safetensors": 20,
+    "convert, torch-zip": 20,
+    "convert, jax-npz": 16,
+    "pull, damaged config.json": 8,
+    "pull, damaged model.safetensors": 8,
+    # hostile values (tests/trust/test_fuzz_trust.py)
+    "model_args values and keys (check, local-dir:, convert)": 120,
+    "train.py model_kwargs (convert)": 60,
+    "safetensors dtypes and special floats (check, local-dir:, convert)": 60,
+    "symlinks and special files in a model directory": 24,
+}
+
+
+def table() -> str:
+    rows = ["| surface | cases per run |", "|---|---|"]
+    rows += [f"| {surface} | {cases} |" for surface, cases in PLAN.items()]
+    rows.append(f"| **total** | **{sum(PLAN.values())}** |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table())

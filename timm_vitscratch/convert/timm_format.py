@@ -98,7 +98,7 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, 
         block = model.blocks[0]
         heads, act, eps = int(block.attn.num_heads), block.mlp.act, float(block.norm1.eps)
         depth, width = len(model.blocks), int(model.embed_dim)
-    except Exception:  # a name or kwargs timm cannot build here: only what the kwargs said
+    except (TypeError, ValueError, AssertionError, KeyError):  # options timm's class does not take: only what the kwargs said
         return facts
     facts.update(num_heads=heads, norm_eps=eps, depth=depth, embed_dim=width)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back

@@ -175,6 +175,7 @@ def fsync_directory(directory: os.PathLike) -> None:
 
 
 def _remove(path: Path) -> None:
+    """Remove a staging entry (a directory tree or a file), if it is there."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -258,7 +259,7 @@ def staged_directory(target: os.PathLike) -> Iterator[Path]:
             recover(target)
             path, _ = _create(target, os.mkdir)  # mode 0o777 & ~umask, as a plain mkdir gives
             stack.enter_context(directory_lock(path))
-        stack.callback(shutil.rmtree, path, ignore_errors=True)
+        stack.callback(_remove, path)  # gone when installed by a rename
         yield path
 
 

@@ -193,11 +193,7 @@ def recover(target: os.PathLike) -> None:
     """
     target = Path(target)
     pattern = staging_pattern(target)
-    try:
-        names = sorted(name for name in os.listdir(target.parent) if pattern.fullmatch(name))
-    except FileNotFoundError:
-        return
-    for name in names:
+    for name in sorted(name for name in os.listdir(target.parent) if pattern.fullmatch(name)):
         path = target.parent / name
         if name.endswith(".old"):
             if not os.path.lexists(target):

@@ -3,7 +3,7 @@ cleans up.
 
 ``convert`` (with the atomic exchange, and with the two renames used where the system has none), ``pull`` and
 ``export`` run in a forked child that is killed before each step that changes the file system, and midway
-through removing the previous copy (tests/support/kill_steps.py). After each kill the target passes the
+through removing the previous copy (tests.support.child_writers.py). After each kill the target passes the
 model-directory check with the old or the new sha256 (a user's README.md kept), or, between the two renames,
 is missing until recovery puts the old model back; the next run installs the new model and leaves nothing
 beside it. conftest prints the kills per outcome; ``pytest -s`` prints the step table.
@@ -22,7 +22,7 @@ from timm_vitscratch.hub.model_dir import check_model_directory
 from tests.support import tiny
 from tests.support.fuzzing import CASES
 from tests.support.hub_fixtures import model_dir, repo_for
-from tests.support.kill_steps import run_killed_at
+from tests.support.child_writers import run_killed_at
 
 NOTES = "my notes on this model\n"
 

@@ -60,8 +60,9 @@ def refuse_writing_over(src: Path, out_dir: Path) -> None:
     holds = target in source.parents or (source.is_file() and any(
         (target / name).is_file() and os.path.samefile(target / name, source) for name in (WEIGHTS_NAME, CONFIG_NAME)))
     if same or holds:
-        raise ConversionError(f"the output directory {out_dir} {'is' if same else 'holds'} this source; convert into "
-                              "another directory (nothing was written)", src)
+        where = "is also the output directory" if same else f"lies in the output directory {out_dir}"
+        raise ConversionError(f"{where}, which a conversion replaces; convert into another directory (nothing "
+                              "was written)", src)
 
 
 def _holds_a_model_directory(directory: Path) -> bool:

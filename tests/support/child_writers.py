@@ -1,5 +1,5 @@
-"""Kill a writer at each step of its install: a forked child wraps the calls that change the file system
-and SIGKILLs itself at the k-th one.
+"""Writers in forked children: run one (``run_in_child``), or kill one at each step of its install (a child
+wraps the calls that change the file system and SIGKILLs itself at the k-th one: ``run_killed_at``).
 
 The steps counted are the calls that name a path inside the test's work directory: ``os.mkdir``,
 ``os.replace``, ``os.rename``, ``os.link``, ``shutil.rmtree`` and ``install.rename_exchange`` (everything
@@ -14,13 +14,58 @@ import re
 import select
 import shutil
 import signal
+import time
 from pathlib import Path
-from typing import Callable, List, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from timm_vitscratch import install
 
 WRAPPED = ((os, "mkdir"), (os, "replace"), (os, "rename"), (os, "link"), (shutil, "rmtree"),
            (install, "rename_exchange"))
+
+
+def run_in_child(action: Callable[[], str], timeout: float = 300.0) -> Tuple[Optional[int], str]:
+    """Fork a child (one torch thread: a thread pool does not survive a fork) that runs ``action()``; returns its
+    exit code (None when it was killed for running past ``timeout``) and the text ``action`` returned."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(read_end)
+            import torch
+
+            torch.set_num_threads(1)
+            os.write(write_end, action().encode())
+            code = 0
+        except BaseException:
+            import traceback
+
+            os.write(write_end, traceback.format_exc().encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    output = _read_all(read_end, timeout)
+    if output is None:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return (None if output is None else os.waitstatus_to_exitcode(status)), output or ""
+
+
+def _read_all(fd: int, timeout: float) -> Optional[str]:
+    """Everything written to the pipe ``fd`` until its writer closes it, or None after ``timeout`` seconds."""
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks).decode()
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 class Run(NamedTuple):
@@ -87,14 +132,10 @@ def run_killed_at(work: Path, action: Callable[[], None], step: Optional[int] = 
         finally:
             os._exit(code)
     os.close(write_end)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([read_end], [], [], 300)
-        chunk = os.read(read_end, 65536) if ready else b""
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_end)
+    output = _read_all(read_end, 300.0)
+    if output is None:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"the writer did not finish in 300 s (killed at step {step})")
     _, status = os.waitpid(pid, 0)
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    return Run(b"".join(chunks).decode().splitlines(), killed, None if killed else os.waitstatus_to_exitcode(status))
+    return Run(output.splitlines(), killed, None if killed else os.waitstatus_to_exitcode(status))

@@ -83,38 +83,37 @@ _HELD_GUARD = threading.Lock()
 
 
 @contextlib.contextmanager
-def directory_lock(directory: os.PathLike, wait: bool = True) -> Iterator[None]:
+def directory_lock(directory: os.PathLike) -> Iterator[None]:
     """An exclusive lock on a directory, across processes (``flock``) and threads; re-entrant in a thread.
 
     Re-entrant because a writer that holds its staging directory also writes files into it, and those
-    writes lock their parent directory. ``wait=False`` raises ``BlockingIOError`` when it is held elsewhere.
+    writes lock their parent directory.
     """
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         info = os.fstat(fd)
         with _HELD_GUARD:
-            held = _HELD.setdefault((info.st_dev, info.st_ino), _HeldDirectory())
-        if not held.thread_lock.acquire(blocking=wait):
-            raise BlockingIOError(errno.EWOULDBLOCK, "locked by another thread", str(directory))
+            hold = _HELD.setdefault((info.st_dev, info.st_ino), _HeldDirectory())
+        hold.thread_lock.acquire()
     except BaseException:
         os.close(fd)
         raise
     try:
-        if held.depth == 0:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            held.fd, fd = fd, -1
-        held.depth += 1
+        if hold.depth == 0:
+            _flock(fd, fcntl.LOCK_EX)
+            hold.fd, fd = fd, -1
+        hold.depth += 1
         try:
             yield
         finally:
-            held.depth -= 1
-            if held.depth == 0:
-                os.close(held.fd)  # closing the descriptor releases the flock
-                held.fd = None
+            hold.depth -= 1
+            if hold.depth == 0:
+                os.close(hold.fd)  # closing the descriptor releases the flock
+                hold.fd = None
     finally:
         if fd >= 0:
             os.close(fd)
-        held.thread_lock.release()
+        hold.thread_lock.release()
 
 
 def held(path: os.PathLike) -> bool:
@@ -138,8 +137,13 @@ def held(path: os.PathLike) -> bool:
     return False
 
 
-def _lock_file(fd: int) -> None:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it yet
+def _flock(fd: int, flags: int) -> None:
+    """``flock``, or nothing on a file system that has none (writers there are not serialised: see the docs)."""
+    try:
+        fcntl.flock(fd, flags)
+    except OSError as err:
+        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
 
 
 # --- state -----------------------------------------------------------------------------------------
@@ -221,7 +225,7 @@ def staged_file(target: os.PathLike) -> Iterator[Tuple[int, Path]]:
     with directory_lock(target.parent):
         recover(target)
         path, fd = _create(target, lambda p: os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-        _lock_file(fd)
+        _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it yet
     lock = os.dup(fd)  # the flock belongs to the open file, which this keeps open
     try:
         yield fd, path

@@ -56,7 +56,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
     try:
         info = push(args.source, args.repo_id, revision=args.revision, private=args.private,
-                    commit_message=args.commit_message, labels=args.labels)
+                    commit_message=args.commit_message, labels=args.labels, replace_card=args.replace_card)
     except Exception as error:
         return _hub_failure(error, args)
     print(f"pushed {args.source} to {args.repo_id}@{args.revision or 'main'}: commit {info.oid}")
@@ -78,7 +78,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
     result = convert(args.src, args.out_dir, source=args.source, model=args.model, img_size=args.img_size,
-                     dtype=args.dtype, ema=args.ema, verify=args.verify, num_heads=args.num_heads, labels=args.labels)
+                     dtype=args.dtype, ema=args.ema, verify=args.verify, num_heads=args.num_heads, labels=args.labels,
+                     force=args.force)
     how = "detected from its keys" if result.detected else "as given by --from"
     wrapper = f", weights from {result.wrapper!r}" if result.wrapper else ""
     print(f"source: {args.src} ({result.source_format} format, {how}{wrapper})")
@@ -154,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_push.add_argument("--labels", default=None, metavar="FILE_OR_DIR",
                         help="label names for the pushed config.json: a file with one per line, or an image "
                              "folder's class directories (one per class)")
+    p_push.add_argument("--replace-card", action="store_true",
+                        help="replace the repo's README.md with a generated model card when DIR has none "
+                             "(default: an existing card is kept)")
     p_push.set_defaults(func=_cmd_push)
 
     p_pull = commands.add_parser("pull", help="download a model from the Hub, verify it and install it into OUT_DIR")
@@ -187,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "config, else assumed and said)")
     p_convert.add_argument("--labels", default=None, metavar="FILE_OR_DIR",
                            help="label names: a file with one per line, or an image folder's class directories")
+    p_convert.add_argument("--force", action="store_true",
+                           help="write into a non-empty OUT_DIR that is not a model directory (its config.json and "
+                                "model.safetensors are replaced, its other files kept)")
     p_convert.set_defaults(func=_cmd_convert)
 
     p_export = commands.add_parser("export", help="a scratch model directory -> timm / torchvision / JAX weights")

@@ -302,7 +302,7 @@ def test_conversion_killed_mid_write_keeps_previous_files(tmp_path, vit_file, si
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "mid-write"
-        staging = [p for p in out.iterdir() if p.name.startswith(".convert-")]
+        staging = [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # staged beside OUT_DIR
         assert staging and any(staging[0].iterdir())  # a half-written file exists right now
         proc.send_signal(sig)
         proc.wait(timeout=60)
@@ -311,11 +311,12 @@ def test_conversion_killed_mid_write_keeps_previous_files(tmp_path, vit_file, si
             proc.kill()
             proc.wait()
     assert proc.returncode != 0
-    assert {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")} == before
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     if sig == signal.SIGINT:  # an interrupt cleans up after itself
-        assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
     convert(tmp_path / "other.safetensors", out)  # the next conversion succeeds and removes leftovers
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
     assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]
 
 

@@ -5,9 +5,9 @@ Where a killed pull leaves things, and who cleans up: the download's partial fil
 ``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub 2.4 lists (``scan_cache_dir``) but
 neither resumes nor removes, and the next pull of that repo removes (when no process holds
 huggingface_hub's lock for that blob: the one private detail, ``client.download_in_progress``, tested here);
-our staging directory ``.OUT.<random>.tmp`` beside ``OUT`` is removed by the next pull into ``OUT`` (it
-holds an flock while alive, so a running pull's staging is never touched); a previous model set aside
-as ``.OUT.<random>.old`` while being replaced is put back by the next pull if ``OUT`` is missing.
+our staging directory ``.OUT.<pid>-<random>.tmp`` beside ``OUT`` is removed by the next pull into ``OUT`` (it
+holds an flock while alive, so a running pull's staging is never touched). The install itself is one atomic
+exchange; tests/convert/test_install_kills.py kills a pull at every step of it.
 """
 import os
 import select
@@ -31,8 +31,8 @@ from tests.support.hub_fixtures import model_dir, repo_for
 
 def pull_in_child(repo, out, stage):
     """Fork a child that pulls ``repo`` into ``out`` with ``--force`` and stops at ``stage`` for the kill:
-    ``downloading`` (it says so as it starts), ``staged`` (downloaded, copied and checked in the staging
-    directory, not installed) or ``set-aside`` (the previous model renamed aside, the new one not yet in).
+    ``downloading`` (it says so as it starts) or ``staged`` (downloaded, copied and checked in the staging
+    directory, not installed).
     A fork, not a fresh interpreter: the child has everything imported already. Returns (pid, pipe)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -55,15 +55,6 @@ def pull_in_child(repo, out, stage):
                 return result
 
             hub.client.check_model_directory = checked_then_stop
-        elif stage == "set-aside":
-            rename = os.replace
-
-            def rename_then_stop(src, dst):
-                rename(src, dst)
-                if str(dst).endswith(".old"):
-                    stop_here()
-
-            os.replace = rename_then_stop
         else:
             os.write(write_end, stage.encode() + b"\n")
         hub.pull(repo, out, force=True)
@@ -139,7 +130,7 @@ def test_cleanup_tells_a_running_download_from_a_killed_one(two_versions, local_
     assert not partial.exists()
 
 
-@pytest.mark.parametrize("stage", ["downloading", "staged", "set-aside"])
+@pytest.mark.parametrize("stage", ["downloading", "staged"])
 def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage, two_versions, local_hub, tmp_path):
     repo, out, v2_sha256 = two_versions
     before = files(out)
@@ -157,12 +148,8 @@ def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage,
     hf_home = tmp_path / "hf-home"
     if stage == "downloading":
         assert files(out) == before and incomplete_downloads(hf_home)  # huggingface_hub's partial file
-    elif stage == "staged":
-        assert files(out) == before and [n for n in ours(tmp_path) if n.endswith(".tmp")]
     else:
-        assert not out.exists()
-        (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.") and p.name.endswith(".old")]
-        assert files(aside) == before
+        assert files(out) == before and [n for n in ours(tmp_path) if n.endswith(".tmp")]
 
     # the next pull (without --force: OUT is not empty) first puts things right, then refuses
     with pytest.raises(FileExistsError, match="is not empty"):

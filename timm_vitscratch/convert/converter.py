@@ -1,31 +1,29 @@
 """``convert()``: any supported checkpoint -> a scratch model directory (model.safetensors + config.json).
 
-Everything is checked before a byte is written; the directory's files are written into a staging
-directory inside it, verified there when asked, and only then renamed over the old ones. A failed,
-refused or killed conversion leaves the previous files as they were.
+Everything is checked before a byte is written; the new directory is written into a staging directory
+beside ``out_dir``, verified there when asked, and swapped in whole in one atomic step (``install``).
+A failed, refused or killed conversion leaves the previous directory as it was.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from ..errors import ConversionError, VerificationError
-from ..files import PathLike, fsync_directory
-from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, read_label_names, write_model_directory
+from ..files import PathLike
+from ..hub.model_dir import CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, read_config, read_label_names, write_model_directory
+from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
+from ..models.variants import ARCHITECTURES
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
 from .verify import DEFAULT_TOLERANCE, Verification, verify_conversion
 from ..tensor_writer import TensorSpec
-
-STAGING_PREFIX = ".convert-"
 
 
 @dataclass
@@ -55,45 +53,63 @@ def _producer(checkpoint: Checkpoint, targets: Dict[str, Target]) -> Callable[[T
     return produce
 
 
-def prepare_out_dir(out_dir: Path) -> bool:
-    """Make sure ``out_dir`` is a writable directory; returns True when it was created here."""
-    if out_dir.exists() and not out_dir.is_dir():
+def refuse_writing_over(src: Path, out_dir: Path) -> None:
+    """``out_dir`` may be neither the source nor hold it: installing replaces the directory as a whole."""
+    source, target = src.resolve(), out_dir.resolve()
+    same = source == target or (source.is_dir() and target.is_dir() and os.path.samefile(source, target))
+    holds = target in source.parents or (source.is_file() and any(
+        (target / name).is_file() and os.path.samefile(target / name, source) for name in (WEIGHTS_NAME, CONFIG_NAME)))
+    if same or holds:
+        where = "is also the output directory" if same else f"lies in the output directory {out_dir}"
+        raise ConversionError(f"{where}, which a conversion replaces; convert into another directory (nothing "
+                              "was written)", src)
+
+
+def _holds_a_model_directory(directory: Path) -> bool:
+    """A config.json of a registered architecture with our metadata entry: what convert may replace unasked."""
+    try:
+        config = read_config(directory)
+    except (OSError, ValueError):
+        return False
+    architecture = config.get("architecture")
+    return isinstance(architecture, str) and architecture in ARCHITECTURES and isinstance(config.get(METADATA_KEY), dict)
+
+
+def prepare_out_dir(out_dir: Path, force: bool = False) -> Tuple[Identity, List[Path]]:
+    """Check that ``out_dir`` (a resolved path) can take a model directory and create its parents.
+
+    Returns where the install starts from (see ``install.starting_point``: a killed conversion's
+    leftovers are removed first) and the parent directories created here, deepest first.
+    """
+    if os.path.lexists(out_dir) and not out_dir.is_dir():
         raise ConversionError("output path exists and is not a directory", out_dir)
-    created = False
-    if not out_dir.exists():
-        try:
-            out_dir.mkdir(parents=True)
-            created = True
-        except OSError as err:
-            raise ConversionError(f"cannot create the output directory: {err.strerror}", out_dir) from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
+    if out_dir.is_dir() and not os.access(out_dir, os.W_OK | os.X_OK):  # a read-only directory stays as it is
         raise ConversionError("output directory is not writable", out_dir)
-    for stale in out_dir.glob(STAGING_PREFIX + "*"):  # left by a killed conversion
-        shutil.rmtree(stale, ignore_errors=True)
-    return created
-
-
-@contextlib.contextmanager
-def staging_directory(out_dir: Path, created: bool) -> Iterator[Path]:
-    """A temporary directory inside ``out_dir``, removed afterwards (and ``out_dir`` too if it was new and empty)."""
+    created = [d for d in [out_dir.parent, *out_dir.parent.parents] if not d.exists()]
     try:
-        stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConversionError(f"output directory is not writable: {err.strerror}", out_dir) from None
+        raise ConversionError(f"cannot create the output directory: {err.strerror}", out_dir) from None
+    if not os.access(out_dir.parent, os.W_OK | os.X_OK):
+        raise ConversionError(f"cannot write beside the output directory: {out_dir.parent} is not writable (the "
+                              "new model directory is staged there and swapped in)", out_dir)
     try:
-        yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-        if created:
-            with contextlib.suppress(OSError):
-                out_dir.rmdir()  # only succeeds when nothing was committed into it
+        started = starting_point(out_dir)
+        occupied = out_dir.is_dir() and any(out_dir.iterdir())
+    except OSError as err:
+        raise ConversionError(f"cannot prepare the output directory: {err}", out_dir) from None
+    if occupied and not force and not _holds_a_model_directory(out_dir):
+        raise ConversionError(f"not empty, and not a model directory ({CONFIG_NAME} of a registered architecture "
+                              f"with a '{METADATA_KEY}' entry); convert into a new or empty directory, or pass "
+                              f"force=True (--force) to replace its {CONFIG_NAME} and {WEIGHTS_NAME}", out_dir)
+    return started, created
 
 
-def commit(stage: Path, out_dir: Path) -> None:
-    """Move the finished files over the old ones (weights first; the config names their sha256)."""
-    for name in (WEIGHTS_NAME, CONFIG_NAME):
-        os.replace(stage / name, out_dir / name)
-    fsync_directory(out_dir)
+def remove_empty(directories: List[Path]) -> None:
+    """Remove the directories created for an output that was not written (deepest first; only if empty)."""
+    for directory in directories:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype: Optional[torch.dtype]) -> str:
@@ -114,6 +130,27 @@ def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype:
                                  source=source_info, written=release_sources, label_names=plan.label_names)
 
 
+def _write_and_install(checkpoint: Checkpoint, plan: ConversionPlan, out_dir: Path, started: Identity,
+                       out_dtype: Optional[torch.dtype], verify: bool,
+                       tolerance: float) -> Tuple[str, Optional[Verification]]:
+    """Write (and verify) the new directory beside ``out_dir`` and swap it in; returns (sha256, verification)."""
+    try:
+        with staged_directory(out_dir) as stage:
+            sha256 = _write(checkpoint, plan, stage, out_dtype)
+            verification = None
+            if verify:
+                verification = verify_conversion(checkpoint, plan, stage, out_dtype, tolerance)
+                if not verification.passed:
+                    raise VerificationError(f"verification failed: {verification.failure()}; nothing was "
+                                            f"written", checkpoint.path)
+            install_directory(stage, out_dir, started, keep_other_files=True)
+    except ConcurrentWriteError as err:
+        raise ConversionError(str(err)) from None
+    except OSError as err:  # disk full, directory removed under us, ...
+        raise ConversionError(f"writing failed: {err}", out_dir) from None
+    return sha256, verification
+
+
 def convert(
     src: PathLike,
     out_dir: PathLike,
@@ -126,6 +163,7 @@ def convert(
     tolerance: float = DEFAULT_TOLERANCE,
     num_heads: Optional[int] = None,
     labels: Union[PathLike, Sequence[str], None] = None,
+    force: bool = False,
 ) -> ConversionResult:
     """Convert a timm / torchvision / transformers / JAX ViT checkpoint into a scratch model directory.
 
@@ -143,17 +181,25 @@ def convert(
         num_heads: the attention head count, for sources that do not record it.
         labels: label names (a list, a file with one per line, or an image folder's class directories);
             default: the source's own (a model directory's ``label_names``).
+        force: write into a non-empty ``out_dir`` that is not a model directory (its ``config.json`` and
+            ``model.safetensors`` are replaced; its other files are kept). A model directory is replaced
+            without it.
+
+    The new directory is staged beside ``out_dir`` and swapped in whole in one atomic step; files of
+    the old ``out_dir`` other than these two are kept. ``out_dir`` may be neither ``src`` nor hold it.
 
     Raises:
         ConversionError: for any bad input, naming the file and the problem; nothing is written.
     """
-    src, out_dir = Path(src), Path(out_dir)
+    src, requested = Path(src), Path(out_dir)
+    out_dir = requested.resolve()
     out_dtype = parse_dtype(dtype)
     if labels is not None and not isinstance(labels, (list, tuple)):
         try:
             labels = read_label_names(labels)
         except ValueError as err:
             raise ConversionError(f"--labels: {err}") from None
+    refuse_writing_over(src, requested)
     with open_checkpoint(src, ema=ema) as checkpoint:
         try:
             fmt, detected = detect_format(checkpoint, source)
@@ -161,21 +207,15 @@ def convert(
                                    list(labels) if labels is not None else None)
         except ConversionError as err:
             raise _with_path(err, checkpoint.path) from None
-        created = prepare_out_dir(out_dir)
-        with staging_directory(out_dir, created) as stage:
-            try:
-                sha256 = _write(checkpoint, plan, stage, out_dtype)
-                verification = None
-                if verify:
-                    verification = verify_conversion(checkpoint, plan, stage, out_dtype, tolerance)
-                    if not verification.passed:
-                        raise VerificationError(f"verification failed: {verification.failure()}; nothing was "
-                                                f"written", checkpoint.path)
-                commit(stage, out_dir)
-            except OSError as err:  # disk full, directory removed under us, ...
-                raise ConversionError(f"writing failed: {err}", out_dir) from None
+        started, created = prepare_out_dir(out_dir, force)
+        try:
+            sha256, verification = _write_and_install(checkpoint, plan, out_dir, started, out_dtype,
+                                                      verify, tolerance)
+        except BaseException:
+            remove_empty(created)
+            raise
     return ConversionResult(
-        out_dir=out_dir, source_format=fmt.name, detected=detected, model_name=plan.model_name,
+        out_dir=requested, source_format=fmt.name, detected=detected, model_name=plan.model_name,
         model_args=plan.model_args, description=plan.arch.describe(), sha256=sha256, wrapper=checkpoint.wrapper,
         resampled_from=plan.arch.img_size if plan.resampled else None, verification=verification,
         heads_note=plan.arch.heads_note,

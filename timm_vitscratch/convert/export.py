@@ -1,15 +1,17 @@
 """``export()``: a scratch model directory -> a stock timm / torchvision state dict or Google's JAX ``.npz``."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Set, Union
+from typing import Any, Dict, List, Optional, Set, Union
 
 import torch
 
 from ..errors import ConversionError, ModelDirectoryError
 from ..files import PathLike
-from ..hub.model_dir import WEIGHTS_NAME, check_model_directory
+from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
+from ..install import ConcurrentWriteError
 from .checkpoint import open_checkpoint
 from .formats import formats
 from .keymap import available
@@ -55,13 +57,36 @@ def _refuse_what_the_layout_cannot_hold(model: torch.nn.Module, keys: Set[str], 
         raise ConversionError(f"{library}'s position table covers the class token; this model has no_embed_class=True")
 
 
+def refuse_writing_over(model_dir: Path, out: Path) -> None:
+    """``out`` may not be one of the files the export reads, nor a directory."""
+    if out.is_dir():
+        raise ConversionError("is a directory; the export writes one file (give its path)", out)
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        source = model_dir / name
+        if out.resolve() == source.resolve() or (out.exists() and source.exists() and os.path.samefile(out, source)):
+            raise ConversionError(f"is this export's own input ({source}); export to another file (nothing was "
+                                  "written)", out)
+
+
+def _failed_write(err: BaseException) -> Optional[OSError]:
+    """The OSError behind a failed write: itself, or the one torch.save's writer was handling when it gave up
+    with a RuntimeError ("unexpected pos ...", which says nothing of the cause)."""
+    while err is not None:
+        if isinstance(err, OSError):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.dtype, None] = None) -> ExportResult:
     """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision) or ``.npz`` (jax).
 
     The output format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
-    a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory.
+    a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory. ``out`` is
+    written under a staging name and renamed into place; it may not be the directory's own files.
     """
     model_dir, out = Path(model_dir), Path(out)
+    refuse_writing_over(model_dir, out)
     if to not in EXPORT_TARGETS:
         raise ConversionError(f"unknown export target {to!r}; expected one of {', '.join(EXPORT_TARGETS)}")
     fmt = formats()[to]
@@ -106,6 +131,11 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.
                 write_npz(out, specs, produce)
             else:
                 write_torch(out, specs, produce)
-        except OSError as err:
-            raise ConversionError(f"cannot write the export: {err}", out) from None
+        except ConcurrentWriteError as err:
+            raise ConversionError(str(err)) from None
+        except (OSError, RuntimeError) as err:
+            cause = _failed_write(err)
+            if cause is None:
+                raise
+            raise ConversionError(f"cannot write the export: {cause.strerror or cause}", out) from None
     return ExportResult(out, to, name, len(specs), notes)

@@ -12,18 +12,19 @@ its HTTP library's transport errors; a model directory that is not what it claim
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import os
 import re
 import shutil
+import stat
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import timm
 from huggingface_hub import (
-    CachedRevisionInfo, HfApi, HFCacheInfo, hf_hub_download, scan_cache_dir, snapshot_download,
+    CachedRevisionInfo, CommitOperationAdd, HfApi, HFCacheInfo, hf_hub_download, scan_cache_dir, snapshot_download,
 )
 from huggingface_hub.errors import (
     CacheNotFound, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
@@ -34,7 +35,8 @@ from timm.models import load_model_config_from_hf, split_model_name_tag
 from torch import nn
 
 from ..errors import ModelDirectoryError
-from ..files import PathLike, atomic_write, current_umask, sha256_file
+from ..files import PathLike, atomic_write, sha256_file
+from ..install import held, install_directory, staged_directory, starting_point
 from .model_dir import (  # noqa: F401  (save_model_directory: also importable from here)
     CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, check_label_count, check_model_directory, read_config,
     read_label_names, save_model_directory, with_label_names, write_config,
@@ -54,15 +56,18 @@ _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 # --- push ------------------------------------------------------------------------------------------
 def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private: bool = False,
          commit_message: Optional[str] = None, token: Optional[str] = None,
-         labels: Union[PathLike, Sequence[str], None] = None) -> Any:
+         labels: Union[PathLike, Sequence[str], None] = None, replace_card: bool = False) -> Any:
     """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
 
-    The repo gets ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model-card
-    ``README.md`` (a README already in the directory is pushed as it is). ``revision`` is a branch,
-    created from ``main`` if missing; ``private`` applies when the repo is created. ``labels`` (a list,
-    a file with one name per line, or an image folder's class directories) become the pushed
-    ``config.json``'s ``label_names``, one per class; the source directory is left as it is. Returns
-    ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
+    The commit holds ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model card
+    ``README.md``, and nothing else of the directory. Each of them must be a regular file in the directory:
+    a symlink, FIFO or device is refused by name before any request. A README in the directory is pushed as it
+    is; without one, a model card is generated, unless the repo already has a ``README.md`` at ``revision``,
+    which is kept (``replace_card=True`` replaces it with the generated card). ``revision`` is a branch,
+    created from ``main`` if missing; ``private`` applies when the repo is created. ``labels`` (a list, a file
+    with one name per line, or an image folder's class directories) become the pushed ``config.json``'s
+    ``label_names``, one per class; the source directory is left as it is. Returns ``huggingface_hub``'s
+    ``CommitInfo`` (``.oid`` is the commit id).
     """
     if revision is not None and _COMMIT_ID.match(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
@@ -73,15 +78,18 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
             raise ModelDirectoryError(f"--labels: {err}") from None
     with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
         staging = Path(tmp)
-        config, model = _stage(source, staging, labels)
-        if not (staging / README_NAME).exists():
-            (staging / README_NAME).write_text(model_card(config, model, repo_id), encoding="utf-8")
+        config, model, weights, card = _stage(source, staging, labels)
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, DEFAULT_BRANCH):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_id, folder_path=staging, revision=revision,
+        if card is None and (replace_card or not api.file_exists(repo_id, README_NAME, revision=revision)):
+            card = model_card(config, model, repo_id).encode("utf-8")
+        operations = [CommitOperationAdd(CONFIG_NAME, staging / CONFIG_NAME), CommitOperationAdd(WEIGHTS_NAME, weights)]
+        if card is not None:
+            operations.append(CommitOperationAdd(README_NAME, card))
+        info = api.create_commit(
+            repo_id, operations, revision=revision,
             commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch")
     pushed = config[METADATA_KEY]["sha256"]
     reported = hub_weights_sha256(api, repo_id, info.oid)
@@ -91,19 +99,25 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
     return info
 
 
-def _stage(source: PathLike, staging: Path, labels: Optional[Sequence[str]] = None) -> Tuple[Dict[str, Any], nn.Module]:
-    """Put what to push into ``staging``: the directory's files (weights linked, not copied) or a new model."""
+def _stage(source: PathLike, staging: Path,
+           labels: Optional[Sequence[str]]) -> Tuple[Dict[str, Any], nn.Module, Path, Optional[bytes]]:
+    """What to push: the config (written into ``staging``), the model on meta, the weights file (the
+    directory's, checked to be a regular file in it, or one in ``staging``) and the directory's README
+    (None: none there)."""
     path = Path(source)
     if path.is_dir():
+        for name in REPO_FILES:  # by name, before anything is read
+            _refuse_unless_regular(path, name)
         config, model = check_model_directory(path, require_sha256=False)
         if labels is not None:
             config = with_label_names(config, _checked_labels(labels, model, str(path)))
         config.setdefault(METADATA_KEY, {}).setdefault("sha256", sha256_file(path / WEIGHTS_NAME))
-        os.symlink((path / WEIGHTS_NAME).resolve(), staging / WEIGHTS_NAME)
         write_config(staging, config)
-        if (path / README_NAME).is_file():
-            shutil.copyfile(path / README_NAME, staging / README_NAME)
-        return config, model
+        card = None
+        if os.path.lexists(path / README_NAME):
+            with _open_regular(path, README_NAME) as handle:
+                card = handle.read()
+        return config, model, path / WEIGHTS_NAME, card
     name, tag = split_model_name_tag(str(source))
     if name not in ARCHITECTURES:
         raise ModelDirectoryError(f"{str(source)!r} is neither a model directory nor a registered model name "
@@ -114,7 +128,41 @@ def _stage(source: PathLike, staging: Path, labels: Optional[Sequence[str]] = No
     save_model_directory(model, staging, source={"format": "timm_vitscratch", "model": str(source),
                                                  "weights": "pretrained" if tag else "random init"},
                          label_names=names)
-    return check_model_directory(staging, label=str(source))
+    config, model = check_model_directory(staging, label=str(source))
+    return config, model, staging / WEIGHTS_NAME, None
+
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_unless_regular(directory: Path, name: str, mode: Optional[int] = None) -> None:
+    """A file push sends must be a regular file in the directory itself (no link out, no special file)."""
+    if mode is None:
+        try:
+            mode = os.lstat(directory / name).st_mode
+        except FileNotFoundError:
+            return  # check_model_directory says what a model directory lacks
+    if not stat.S_ISREG(mode):
+        kind = next((what for test, what in _KINDS if test(mode)), "not a file")
+        raise ModelDirectoryError(f"{directory}: {name} is {kind}, not a regular file; push sends only the regular "
+                                  f"files {', '.join(REPO_FILES)} of the directory (copy the file in instead)")
+
+
+def _open_regular(directory: Path, name: str) -> IO[bytes]:
+    """Open a file of the directory to read it, refusing what is not a regular file in it when it is opened."""
+    try:  # O_NOFOLLOW: a link put there since the check is not followed; O_NONBLOCK: a FIFO does not hang
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            _refuse_unless_regular(directory, name)
+        raise
+    try:
+        _refuse_unless_regular(directory, name, mode=os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> List[str]:
@@ -137,42 +185,34 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
     """Download ``repo_id`` at ``revision`` (branch or commit id) and install it into ``out_dir``.
 
     Files come through the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), are
-    copied into a temporary directory beside ``out_dir``, checked (registered architecture, tensors
-    fit the config, sha256 equals ``config.json``'s ``vitscratch.sha256``) and renamed into place:
-    on any failure ``out_dir`` is left as it was. A non-empty ``out_dir`` is replaced only with ``force``.
+    copied into a staging directory beside ``out_dir``, checked (registered architecture, tensors
+    fit the config, sha256 equals ``config.json``'s ``vitscratch.sha256``) and swapped into place in one
+    atomic step (``install``): on any failure, or a kill, ``out_dir`` is left as it was. A non-empty
+    ``out_dir`` is replaced only with ``force``. Returns ``out_dir`` resolved (an absolute path).
 
     Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
     if they are damaged again the pull fails and the damaged copy is removed from the cache.
-    Pulls into one ``out_dir`` may run at once (they take turns to install, under a lock on the parent
-    directory), and a pull cleans up what an earlier, killed pull into ``out_dir`` left behind, its
-    partial download of the repo in the cache included.
+    Pulls into one ``out_dir`` may run at once: one installs; the others end quietly when it installed the
+    same files, and with an error otherwise. A pull cleans up what an earlier, killed pull into ``out_dir``
+    left behind, its partial download of the repo in the cache included.
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # "." has no name to stage beside, and no parent to stage in
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
     if not out_dir.parent.is_dir():
         raise FileNotFoundError(f"output directory's parent {str(out_dir.parent)!r} does not exist")
-    with directory_lock(out_dir.parent):
-        recover_interrupted_pull(out_dir)
+    started = starting_point(out_dir)
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     label = f"{repo_id}@{revision or DEFAULT_BRANCH}"
     snapshot = _download(repo_id, revision, token, label)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        with directory_lock(staging):  # held while alive: a later pull removes only staging nobody holds
-            os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; OUT_DIR gets what mkdir would give
-            for name in REPO_FILES:
-                if (snapshot / name).is_file():
-                    with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-            check_model_directory(staging, require_sha256=True, label=label)
-            with directory_lock(out_dir.parent):
-                recover_interrupted_pull(out_dir, keep=staging)
-                _install(staging, out_dir, force)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with staged_directory(out_dir) as staging:
+        for name in REPO_FILES:
+            if (snapshot / name).is_file():
+                with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        check_model_directory(staging, require_sha256=True, label=label)
+        install_directory(staging, out_dir, started, only_into_empty=not force)
     return out_dir
 
 
@@ -266,80 +306,7 @@ def download_in_progress(partial: Path) -> bool:
     """
     repo_folder = partial.parent.parent
     lock_path = repo_folder.parent / ".locks" / repo_folder.name / f"{partial.name.split('.')[0]}.lock"
-    try:
-        fd = os.open(lock_path, os.O_RDWR)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # held by a download (or a file system without flock: cannot tell)
-        return True
-    finally:
-        os.close(fd)  # also releases the lock if this took it
-    return False
-
-
-def _install(staging: Path, out_dir: Path, force: bool) -> None:
-    """Rename ``staging`` into place (the caller holds the parent directory's lock)."""
-    if not _occupied(out_dir):
-        os.replace(staging, out_dir)  # also replaces an empty directory
-        return
-    if not force:
-        if _same_files(staging, out_dir):
-            shutil.rmtree(staging)  # another pull installed the same model meanwhile
-            return
-        raise FileExistsError(f"{out_dir} is not empty (it was filled while this pull ran); "
-                              "pull into a new directory or pass force=True (--force)")
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-    os.replace(out_dir, old)  # a kill between these two renames is undone by the next pull's recovery
-    try:
-        os.replace(staging, out_dir)
-    except BaseException:
-        os.replace(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _same_files(a: Path, b: Path) -> bool:
-    names = sorted(p.name for p in a.iterdir())
-    return names == sorted(p.name for p in b.iterdir()) and all(
-        (a / n).is_file() and (b / n).is_file() and sha256_file(a / n) == sha256_file(b / n) for n in names)
-
-
-def recover_interrupted_pull(out_dir: PathLike, keep: Optional[Path] = None) -> None:
-    """Undo what a pull into ``out_dir`` that was killed left behind (call under the parent's lock).
-
-    A previous model set aside (``.NAME.*.old``) goes back to ``out_dir`` if that is missing, and is removed
-    otherwise; staging directories (``.NAME.*.tmp``) that no living pull holds are removed.
-    """
-    out_dir = Path(out_dir)
-    for old in sorted(out_dir.parent.glob(f".{out_dir.name}.*.old"), key=lambda p: p.stat().st_mtime):
-        if not out_dir.exists():
-            os.replace(old, out_dir)
-        else:
-            shutil.rmtree(old, ignore_errors=True)
-    for staging in out_dir.parent.glob(f".{out_dir.name}.*.tmp"):
-        if staging == keep or not staging.is_dir():
-            continue
-        try:
-            with directory_lock(staging, wait=False):
-                shutil.rmtree(staging, ignore_errors=True)
-        except BlockingIOError:
-            pass  # a pull that is running holds it
-
-
-@contextlib.contextmanager
-def directory_lock(directory: PathLike, wait: bool = True) -> Iterator[None]:
-    """An exclusive ``flock`` on a directory (released when the process dies, so a kill leaves no stale lock).
-
-    ``wait=False`` raises ``BlockingIOError`` when another process holds it.
-    """
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+    return not lock_path.is_file() or held(lock_path)
 
 
 # --- pretrained tags -------------------------------------------------------------------------------

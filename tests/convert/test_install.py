@@ -1,0 +1,136 @@
+"""The install machinery (timm_vitscratch/install.py): staging names, recovery that touches only its own
+target's staging and only what no living process holds, and writers that notice each other."""
+import os
+import signal
+import time
+
+import pytest
+
+from timm_vitscratch import install
+from timm_vitscratch.files import atomic_write
+from timm_vitscratch.install import (
+    ConcurrentWriteError, identity, install_directory, staged_directory, staged_file, staging_name,
+    staging_pattern, starting_point,
+)
+
+
+def test_staging_names_are_per_process_and_match_only_their_own_target(tmp_path):
+    a, ab = tmp_path / "a", tmp_path / "a.b"
+    names = {staging_name(a, "tmp").name for _ in range(50)}
+    assert len(names) == 50 and all(n.startswith(f".a.{os.getpid()}-") for n in names)
+    pattern = staging_pattern(a)
+    assert all(pattern.fullmatch(n) for n in names)
+    for sibling in (staging_name(ab, "tmp"), staging_name(ab, "old"), tmp_path / ".a.b.x1y2.old",
+                    staging_name(tmp_path / "a.1-deadbeef.tmp", "tmp"), tmp_path / ".a.tmp"):
+        assert not pattern.fullmatch(sibling.name), sibling.name
+
+
+def test_recovering_one_target_leaves_a_siblings_set_aside_model_alone(tmp_path):
+    """Probe f7: a pull into ``a`` recovering must not delete what an interrupted pull into ``a.b`` set aside."""
+    siblings = [tmp_path / ".a.b.x1y2.old", staging_name(tmp_path / "a.b", "old"), staging_name(tmp_path / "a.b", "tmp")]
+    for path in siblings:
+        path.mkdir()
+        (path / "model.safetensors").write_text("a.b's previous model")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "config.json").write_text("{}")
+    stale = staging_name(tmp_path / "a", "tmp")  # a's own, left by a killed writer
+    stale.mkdir()
+    starting_point(tmp_path / "a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["a"] + [p.name for p in siblings])
+    assert all((p / "model.safetensors").read_text() == "a.b's previous model" for p in siblings)
+
+
+def test_recovery_puts_a_set_aside_model_back_only_when_the_target_is_missing(tmp_path):
+    target = tmp_path / "out"
+    aside = staging_name(target, "old")
+    aside.mkdir()
+    (aside / "config.json").write_text("old")
+    starting_point(target)
+    assert (target / "config.json").read_text() == "old" and not aside.exists()
+    aside = staging_name(target, "old")
+    aside.mkdir()
+    starting_point(target)
+    assert not aside.exists() and (target / "config.json").read_text() == "old"
+
+
+def hold_in_child(target, kind):
+    """A child process that stages ``target`` (a directory or a file) and sleeps; returns (pid, staging path)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            context = staged_directory(target) if kind == "directory" else staged_file(target)
+            with context as staged:
+                path = staged if kind == "directory" else staged[1]
+                os.write(write_end, str(path).encode())
+                time.sleep(120)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    path = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    return pid, path
+
+
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_recovery_never_removes_a_living_writers_staging_and_removes_it_once_the_writer_is_killed(kind, tmp_path):
+    target = tmp_path / "out"
+    pid, path = hold_in_child(target, kind)
+    try:
+        starting_point(target)
+        with staged_directory(target) if kind == "directory" else staged_file(target):
+            pass  # another writer of the same target starts and ends
+        assert os.path.exists(path), "a living writer's staging was removed"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    starting_point(target)
+    assert not os.path.exists(path) and list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_refuses_to_replace_what_another_writer_wrote_meanwhile(tmp_path):
+    target = tmp_path / "out.bin"
+    with pytest.raises(ConcurrentWriteError, match="out.bin was written by another process while this one ran"):
+        with atomic_write(target) as first:
+            first.write(b"first")
+            with atomic_write(target) as second:  # a second writer starts after the first and ends before it
+                second.write(b"second")
+    assert target.read_bytes() == b"second" and os.listdir(tmp_path) == ["out.bin"]
+    with atomic_write(target) as first:  # the same bytes: nothing to refuse
+        first.write(b"same")
+        with atomic_write(target) as second:
+            second.write(b"same")
+    assert target.read_bytes() == b"same" and os.listdir(tmp_path) == ["out.bin"]
+
+
+def test_install_directory_keeps_the_other_writers_result_and_the_users_files(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "config.json").write_text("old")
+    (target / "notes").mkdir()
+    (target / "notes" / "a.txt").write_text("mine")
+    os.symlink("notes/a.txt", target / "link")
+    started = starting_point(target)
+    with staged_directory(target) as stage:
+        (stage / "config.json").write_text("new")
+        assert install_directory(stage, target, started, keep_other_files=True)
+    assert (target / "config.json").read_text() == "new" and (target / "notes" / "a.txt").read_text() == "mine"
+    assert os.readlink(target / "link") == "notes/a.txt" and os.listdir(tmp_path) == ["out"]
+    with staged_directory(target) as stage:  # started before the install above: it lost the race
+        (stage / "config.json").write_text("third")
+        with pytest.raises(ConcurrentWriteError, match="written by another process"):
+            install_directory(stage, target, started)
+        (stage / "config.json").write_text("new")
+        assert not install_directory(stage, target, started)  # the other installed the same: nothing to do
+    assert (target / "config.json").read_text() == "new" and os.listdir(tmp_path) == ["out"]
+
+
+def test_the_exchange_is_one_atomic_step_here(tmp_path):
+    """Linux (where CI runs) has renameat2: the two-rename path is the exception, tested by the kill tests."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    ids = identity(a), identity(b)
+    assert install.rename_exchange(a, b)
+    assert (identity(b), identity(a)) == ids

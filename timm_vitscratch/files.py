@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import IO, Iterator, Union
 
-from .install import current_umask, fsync_directory, identity, install_file, staged_file  # noqa: F401
+from .install import current_umask, identity, install_file, staged_file
 
 PathLike = Union[str, os.PathLike]
 

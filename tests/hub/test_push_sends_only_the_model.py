@@ -57,7 +57,8 @@ def test_push_refuses_what_is_not_a_regular_file_by_name_and_sends_nothing(name,
 
 def test_push_sends_the_three_model_files_and_nothing_else_of_the_directory(hub_env, local_hub, tmp_path, request):
     repo = repo_for(request)
-    directory = model_dir(tmp_path / "model", tiny())
+    torch.manual_seed(9137)  # weights no other test pushes: the Hub cannot already hold them
+    directory = model_dir(tmp_path / "model", tiny(num_classes=7))
     (directory / "secret.txt").write_text(SECRET)
     (directory / ".env").write_text("HF_TOKEN=hf_not_a_token\n")
     (directory / "optimizer.pth").write_bytes(os.urandom(2048))

@@ -16,9 +16,11 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from timm.models._hub import save_config_for_hf
+import numpy as np
+import torch
 from safetensors import safe_open
 from timm.utils import unwrap_model
 from torch import nn
@@ -31,9 +33,6 @@ from ..models.model_args import check_label_names, check_saved_config
 from ..reading import read_json_object, read_text, regular_file
 from ..models.variants import ARCHITECTURES
 from ..tensor_writer import TensorSpec, write_safetensors
-
-if TYPE_CHECKING:
-    import torch
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -256,11 +255,8 @@ class NonFiniteWeightsWarning(UserWarning):
 
 def _check_finite(weights: Path, label: str, strict: bool) -> None:
     """Warn (or, ``strict``, refuse) when any tensor holds NaN or Inf; read one tensor at a time."""
-    bad = []
     with safe_open(str(weights), framework="pt") as handle:
-        for key in handle.keys():
-            if not bool(handle.get_tensor(key).isfinite().all()):
-                bad.append(key)
+        bad = [key for key in handle.keys() if not _all_finite(handle.get_tensor(key))]
     if not bad:
         return
     message = (f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({', '.join(bad[:3])}"
@@ -268,6 +264,15 @@ def _check_finite(weights: Path, label: str, strict: bool) -> None:
     if strict:
         raise ModelDirectoryError(message)
     warnings.warn(message, NonFiniteWeightsWarning, stacklevel=3)
+
+
+def _all_finite(tensor: "torch.Tensor") -> bool:
+    """No NaN or Inf in ``tensor``, computed in numpy: a pull may run in a forked process, where torch's
+    thread pool (started in the parent) is not safe to use."""
+    if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: all exponent bits set is Inf or NaN
+        bits = tensor.view(torch.int16).numpy()
+        return not bool(((bits & 0x7F80) == 0x7F80).any())
+    return bool(np.isfinite(tensor.numpy()).all())
 
 
 def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:

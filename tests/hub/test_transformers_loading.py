@@ -98,6 +98,9 @@ def test_transformers_loads_a_pulled_directory_and_timm_reads_the_hub(hub_env, t
     from_hub = timm.create_model(f"hf-hub:{repo}", pretrained=True).eval()
     from_dir = timm.create_model(f"local-dir:{directory}", pretrained=True).eval()
     assert from_hub.pretrained_cfg["label_names"] == NAMES
+    transformers_from_hub = AutoModelForImageClassification.from_pretrained(repo).eval()  # the repo id itself
+    assert transformers_from_hub.config.id2label == dict(enumerate(NAMES))
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(from_hub(x), from_dir(x))
+        assert (transformers_from_hub(pixel_values=x).logits - from_hub(x)).abs().max() <= TOL

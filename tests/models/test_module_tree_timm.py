@@ -13,7 +13,7 @@ from collections import defaultdict
 import pytest
 import torch
 
-from tests.support.timm_pairs import FAMILIES, input_size, set_fused_attn, timm_pair
+from tests.support.timm_pairs import FAMILIES, SIZE, input_size, set_fused_attn, timm_pair
 
 TOL = 1e-5
 
@@ -53,17 +53,19 @@ def max_diffs(expected, actual):
     return result
 
 
-def compare_module_trees(family, mode, fused):
-    """The comparison for one family / mode / attention path: a dict of counts and what differed."""
-    reference, ours = timm_pair(family)
+def compare_module_trees(family, mode, fused, **overrides):
+    """The comparison for one family / mode / attention path (at ``SIZE`` unless ``overrides`` say):
+    a dict of counts and what differed."""
+    reference, ours = timm_pair(family, **overrides)
     for model in (reference, ours):
         model.train(mode == "train")
         set_fused_attn(model, fused)
     names = [name for name, _ in reference.named_modules()]
     our_names = {name for name, _ in ours.named_modules()}
     torch.manual_seed(1)
-    x = torch.randn(2, 3, *input_size(family))
-    weights = torch.randn(2, SIZE_CLASSES)
+    size = overrides.get("img_size")
+    x = torch.randn(2, 3, *((size, size) if size else input_size(family)))
+    weights = torch.randn(2, overrides.get("num_classes", SIZE["num_classes"]))
     theirs = hooked_pass(reference, names, x, weights)
     mine = hooked_pass(ours, [n for n in names if n in our_names], x, weights)
     output_diffs = max_diffs(theirs[0], mine[0])
@@ -82,9 +84,6 @@ def compare_module_trees(family, mode, fused):
         params=len(theirs[2]),
         bad_params={n: d for n, d in param_diffs.items() if d is None or d > TOL},
     )
-
-
-SIZE_CLASSES = 5
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "eager"])

@@ -24,9 +24,10 @@ PEOPLE = ("ours", "timm", "torchvision")
 
 def machine_line(machine: Dict[str, Any]) -> str:
     gpu = f" ({machine['gpu']})" if "gpu" in machine else ""
+    clock = "; throughput timed by the process's CPU time" if machine.get("clock") == "cpu" else ""
     return (f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, "
             f"device {machine['device']}{gpu}; torch {machine['torch']}, timm {machine['timm']}, "
-            f"torchvision {machine['torchvision']}")
+            f"torchvision {machine['torchvision']}{clock}")
 
 
 def table(records: List[Dict[str, Any]]) -> List[str]:

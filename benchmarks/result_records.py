@@ -166,6 +166,7 @@ def machine_info(args) -> Dict[str, Any]:
         "torch": torch.__version__, "timm": timm.__version__, "torchvision": torchvision.__version__,
         "timm_vitscratch": timm_vitscratch.__version__, "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "load_average_start": load_average(),
+        "clock": args.clock,
     }
     if args.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(args.device)
@@ -213,7 +214,7 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
         + (f"; load average at start {load[0]:.1f}" if load else ""),
         *_run_lines(machine),
         "",
-        "Values are medians over interleaved rounds. Ratios are ours/peer: the median of per-round "
+        clock_line(machine) + "Values are medians over interleaved rounds. Ratios are ours/peer: the median of per-round "
         "ratios, and (best) the ratio of each model's fastest round, which background load disturbs "
         "least. Throughput: > 1 means ours is faster. Time and memory: < 1 means ours is quicker / smaller.",
         "",
@@ -231,6 +232,14 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
                          + " | ".join(cells + ratios) + " |")
     extras = _extras(records)
     return "\n".join(lines + ([""] + extras if extras else [])) + "\n"
+
+
+def clock_line(machine: Dict[str, Any]) -> str:
+    """What the throughput figures were timed by, when it is not the wall clock."""
+    if machine.get("clock") == "cpu":
+        return ("Throughput is timed by the CPU time the process used (one thread), which other processes' "
+                "load does not add to. ")
+    return ""
 
 
 def _run_lines(machine: Dict[str, Any]) -> List[str]:
@@ -335,7 +344,8 @@ def appended(json_path: Path, machine: Dict[str, Any], settings: Dict[str, Any],
     import torch
 
     earlier = json.loads(Path(json_path).read_text())
-    same = ("cpu", "threads", "device", "torch", "timm", "torchvision")
+    earlier["machine"] = {"clock": "wall", **earlier["machine"]}  # files from before the choice of clock
+    same = ("cpu", "threads", "device", "torch", "timm", "torchvision", "clock")
     if any(earlier["machine"].get(k) != str(machine.get(k)) and earlier["machine"].get(k) != machine.get(k)
            for k in same):
         raise ValueError(f"{json_path} was measured on another machine or software stack; not appending")

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import result_records  # noqa: E402
 from contestants import CONTESTANTS, VARIANTS, build, check_variant, create_pretrained  # noqa: E402
 from timing import (  # noqa: E402
-    calls_for, forward_flops, inference_task, interleave, make_optimizer, matmul_task, synchronize, timed,
-    training_step,
+    CLOCKS, calls_for, forward_flops, inference_task, interleave, make_optimizer, matmul_task, synchronize, timed,
+    training_step, use_clock,
 )
 
 MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained", "compile")
@@ -68,6 +68,9 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--matmul-size", type=int, default=4096, help="n of the n x n fp32 matmul ceiling")
     parser.add_argument("--threads", type=int, default=_usable_cores(), help="torch CPU threads (default: all cores)")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (or 'cuda:N')")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="what throughput samples read: wall-clock time, or (CPU, --threads 1) the CPU time "
+                             "the process used, which other processes on a shared machine do not add to")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="directory for the results")
     parser.add_argument("--name", default=None, help="file name stem of the results (default: the device type)")
     parser.add_argument("--work-dir", type=Path, default=None,
@@ -97,6 +100,8 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     args.device = torch.device(args.device)
     if args.device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda given but torch sees no CUDA device")
+    if args.clock == "cpu" and (args.device.type != "cpu" or args.threads != 1):
+        parser.error("--clock cpu times CPU work on one thread: use it with --device cpu --threads 1")
     for variant in args.variants + args.pretrained_variants:
         check_variant(variant)
     return args
@@ -300,6 +305,7 @@ def main(argv: List[str] | None = None) -> int:
             _log(f"wrote {path}")
         return 0
     torch.set_num_threads(args.threads)
+    use_clock(args.clock)
     machine = result_records.machine_info(args)
     _log(f"{machine['cpu']} | {args.threads} threads | device {args.device} | torch {machine['torch']}")
     records: List[Dict[str, Any]] = []

@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional, Tuple, Type, Union
 
 import torch
 import torch.nn.functional as F
-from timm.layers import Format, get_act_layer, get_norm_layer, resample_patch_embed
 from timm.layers import LayerNorm as TimmLayerNorm
+from timm.layers import Format, get_act_layer, get_norm_layer, resample_patch_embed
 from torch import nn
 
 ATTN_IMPLS = ("sdpa", "eager")

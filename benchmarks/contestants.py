@@ -28,8 +28,15 @@ VARIANTS: Dict[str, Variant] = {
     "h14": Variant("scratch_vit_h14", "vit_huge_patch14_224"),
 }
 
-#: Contestant names: ``ours`` uses the model's default attention; ``ours-sdpa`` / ``ours-eager`` force one.
-CONTESTANTS = ("ours", "timm", "torchvision", "ours-sdpa", "ours-eager")
+#: Our model with options: ``ours`` as built by default (timm's computation, timm's default attention);
+#: ``ours-pooled`` opts into the pooled-token forward; ``ours-sdpa`` / ``ours-eager`` force one attention path.
+OUR_OPTIONS = {
+    "ours": {},
+    "ours-pooled": dict(pooled_forward=True),
+    "ours-sdpa": dict(attn_impl="sdpa"),
+    "ours-eager": dict(attn_impl="eager"),
+}
+CONTESTANTS = ("ours", "ours-pooled", "timm", "torchvision", "ours-sdpa", "ours-eager")
 
 
 def build(contestant: str, variant: str, num_classes: int = 1000) -> nn.Module:
@@ -39,10 +46,8 @@ def build(contestant: str, variant: str, num_classes: int = 1000) -> nn.Module:
         return timm.create_model(spec.timm, num_classes=num_classes)
     if contestant == "torchvision":
         return torchvision_reference(spec.ours, num_classes, device="cpu")
-    if contestant == "ours":
-        return timm.create_model(spec.ours, num_classes=num_classes)
-    if contestant.startswith("ours-"):
-        return timm.create_model(spec.ours, num_classes=num_classes, attn_impl=contestant[len("ours-"):])
+    if contestant in OUR_OPTIONS:
+        return timm.create_model(spec.ours, num_classes=num_classes, **OUR_OPTIONS[contestant])
     raise ValueError(f"unknown contestant {contestant!r}; expected one of {CONTESTANTS}")
 
 
@@ -54,9 +59,9 @@ def create_pretrained(contestant: str, variant: str, weights: str) -> nn.Module:
     """
     spec = VARIANTS[variant]
     name = {"timm": spec.timm}.get(contestant, spec.ours)
-    extra = {"attn_impl": contestant[len("ours-"):]} if contestant.startswith("ours-") else {}
-    if contestant not in ("timm", "ours") and not extra:
+    if contestant != "timm" and contestant not in OUR_OPTIONS:
         raise ValueError(f"pretrained loading compares ours and timm, not {contestant!r}")
+    extra = OUR_OPTIONS.get(contestant, {})
     return timm.create_model(name, pretrained=True, num_classes=1000,
                              pretrained_cfg_overlay=dict(file=weights, num_classes=1000), **extra)
 

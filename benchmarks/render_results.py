@@ -3,7 +3,8 @@
     python benchmarks/render_results.py benchmarks/results/cpu.json [--kinds infer train] [--notes]
 
 The first line names the machine and the software; then one row per record: the medians and the
-ours/peer ratios (median of per-round ratios). ``--notes`` adds the lines beneath a table
+ours/peer ratios (median of per-round ratios), our model as built by default first, then a row for
+each option of ours measured with it (the opt-in pooled forward, a forced attention path). ``--notes`` adds the lines beneath a table
 (matmul ceiling shares, RSS, first-logits times, compile times). docs/performance.md shows this
 output in checked blocks, so the page always matches the JSON it links to.
 """
@@ -16,26 +17,28 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from result_records import TITLES, _extras, _format  # noqa: E402
+from result_records import PEERS, TITLES, _extras, _format, table_rows  # noqa: E402
 
 PEOPLE = ("ours", "timm", "torchvision")
 
 
 def machine_line(machine: Dict[str, Any]) -> str:
     gpu = f" ({machine['gpu']})" if "gpu" in machine else ""
+    clock = "; throughput timed by the process's CPU time" if machine.get("clock") == "cpu" else ""
     return (f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, "
             f"device {machine['device']}{gpu}; torch {machine['torch']}, timm {machine['timm']}, "
-            f"torchvision {machine['torchvision']}")
+            f"torchvision {machine['torchvision']}{clock}")
 
 
 def table(records: List[Dict[str, Any]]) -> List[str]:
     header = ["measurement", "variant", "batch", *PEOPLE, "ours/timm", "ours/torchvision"]
     rows = []
     for record in records:
-        unit, median, ratio = record["unit"], record["median"], record["ratio"]
-        rows.append([TITLES.get(record["kind"], record["kind"]), record["variant"], str(record.get("batch", "—")),
-                     *(_format(median[n], unit) if n in median else "—" for n in PEOPLE),
-                     *(f"{ratio[n]:.3f}" if n in ratio else "—" for n in ("timm", "torchvision"))])
+        unit, median = record["unit"], record["median"]
+        for title, ours, ratio, _best in table_rows(record):
+            rows.append([title, record["variant"], str(record.get("batch", "—")),
+                         *(_format(median[n], unit) if n in median else "—" for n in (ours,) + PEERS),
+                         *(f"{ratio[n]:.3f}" if n in ratio else "—" for n in PEERS)])
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:

@@ -27,12 +27,31 @@ TITLES = {
 }
 
 
+#: Our model with options (see contestants.OUR_OPTIONS): each gets a row of its own against the peers.
+OPTION_LABELS = {"ours-pooled": "pooled forward (opt-in)", "ours-sdpa": "sdpa attention",
+                 "ours-eager": "eager attention"}
+PEERS = ("timm", "torchvision")
+
+
 def _peers(contestants: Sequence[str]) -> List[str]:
-    return [c for c in contestants if c != "ours"] if "ours" in contestants else list(contestants[1:])
+    if "ours" not in contestants:
+        return list(contestants[1:])
+    return [c for c in contestants if c != "ours" and c not in OPTION_LABELS]
 
 
 def _base(contestants: Sequence[str]) -> str:
     return "ours" if "ours" in contestants else contestants[0]
+
+
+def _options(contestants: Sequence[str]) -> List[str]:
+    """Our model with options, when it is compared with the peers (``ours`` is the base)."""
+    return [c for c in contestants if c in OPTION_LABELS] if "ours" in contestants else []
+
+
+def option_ratios(ratio, contestants: Sequence[str]) -> Dict[str, Dict[str, float]]:
+    """``ratio(option, peer)`` for each of our options against each peer present."""
+    return {option: {peer: ratio(option, peer) for peer in PEERS if peer in contestants}
+            for option in _options(contestants)}
 
 
 def throughput_record(kind: str, variant: str, batch: int, samples: Samples, contestants: Sequence[str]) -> Dict[str, Any]:
@@ -44,6 +63,7 @@ def throughput_record(kind: str, variant: str, batch: int, samples: Samples, con
         "kind": kind, "variant": variant, "batch": batch, "unit": "img/s", "better": "higher",
         "median": {name: batch / statistics.median(t) for name, t in times.items()},
         "ratio": {peer: paired_ratio(times[peer], times[base]) for peer in _peers(contestants)},
+        "option_ratio": option_ratios(lambda option, peer: paired_ratio(times[peer], times[option]), contestants),
         "samples_seconds": times,
     }
 
@@ -75,6 +95,8 @@ def duration_record(kind: str, variant: str, samples: Samples, contestants: Sequ
         "kind": kind, "variant": variant, "unit": "s", "better": "lower",
         "median": {name: statistics.median(samples[name]["time"]) for name in contestants},
         "ratio": {peer: paired_ratio(samples[base]["time"], samples[peer]["time"]) for peer in _peers(contestants)},
+        "option_ratio": option_ratios(
+            lambda option, peer: paired_ratio(samples[option]["time"], samples[peer]["time"]), contestants),
         "samples_seconds": {name: samples[name]["time"] for name in contestants},
     }
     if "first_logits" in samples[base]:
@@ -93,7 +115,8 @@ def memory_record(variant: str, batch: int, results: Dict[str, Dict[str, Any]], 
     mib = {name: results[name][key] / 2 ** 20 for name in contestants}
     record: Dict[str, Any] = {
         "kind": "memory", "variant": variant, "batch": batch, "unit": "MiB", "better": "lower", "measure": key,
-        "median": mib, "ratio": {peer: mib[base] / mib[peer] for peer in _peers(contestants)}, "raw": results,
+        "median": mib, "ratio": {peer: mib[base] / mib[peer] for peer in _peers(contestants)},
+        "option_ratio": option_ratios(lambda option, peer: mib[option] / mib[peer], contestants), "raw": results,
     }
     if all(results[name].get("rss_peak_bytes") for name in contestants):
         rss = {name: results[name]["rss_peak_bytes"] / 2 ** 20 for name in contestants}
@@ -104,7 +127,9 @@ def memory_record(variant: str, batch: int, results: Dict[str, Dict[str, Any]], 
 
 def one_line(record: Dict[str, Any]) -> str:
     values = ", ".join(f"{k} {v:.4g}" for k, v in record["median"].items())
-    ratios = ", ".join(f"{_base(list(record['median']))}/{k} {v:.3f}" for k, v in record["ratio"].items())
+    ratios = ", ".join([f"{_base(list(record['median']))}/{k} {v:.3f}" for k, v in record["ratio"].items()]
+                       + [f"{option}/{k} {v:.3f}" for option, by_peer in record.get("option_ratio", {}).items()
+                          for k, v in by_peer.items()])
     extra = ""
     if "fraction_of_matmul" in record:
         extra = f" | matmul {record['matmul_gflops']:.1f} GFLOP/s, ours at {record['fraction_of_matmul'].get('ours', 0):.0%}"
@@ -141,6 +166,7 @@ def machine_info(args) -> Dict[str, Any]:
         "torch": torch.__version__, "timm": timm.__version__, "torchvision": torchvision.__version__,
         "timm_vitscratch": timm_vitscratch.__version__, "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "load_average_start": load_average(),
+        "clock": args.clock,
     }
     if args.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(args.device)
@@ -153,16 +179,30 @@ def _format(value: float, unit: str) -> str:
     return f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
 
 
-def best_ratios(record: Dict[str, Any]) -> Dict[str, float]:
-    """ours/peer from each model's fastest round (background load only ever adds time)."""
+def best_ratios(record: Dict[str, Any], base: Optional[str] = None) -> Dict[str, float]:
+    """ours/peer (or ``base``/peer) from each model's fastest round (background load only ever adds time)."""
     samples = record.get("samples_seconds")
-    base = _base(list(record["median"]))
+    peers = record["ratio"] if base is None else record["option_ratio"][base]
+    base = base or _base(list(record["median"]))
     if not samples or base not in samples:
         return {}
     fastest = {name: min(times) for name, times in samples.items()}
     if record["better"] == "higher":  # throughput: peer time / our time
-        return {peer: fastest[peer] / fastest[base] for peer in record["ratio"]}
-    return {peer: fastest[base] / fastest[peer] for peer in record["ratio"]}
+        return {peer: fastest[peer] / fastest[base] for peer in peers}
+    return {peer: fastest[base] / fastest[peer] for peer in peers}
+
+
+def table_rows(record: Dict[str, Any]) -> List[Tuple[str, str, Dict[str, float], Dict[str, float]]]:
+    """The record's rows: (title, whose figures fill the 'ours' column, ratios, best-round ratios).
+
+    First our model as built by default, then one row per option it was also measured with.
+    """
+    title = TITLES.get(record["kind"], record["kind"])
+    base = _base(list(record["median"]))
+    rows = [(title, base, record["ratio"] if base == "ours" else {}, best_ratios(record) if base == "ours" else {})]
+    for option, ratios in record.get("option_ratio", {}).items():
+        rows.append((f"{title}, {OPTION_LABELS[option]}", option, ratios, best_ratios(record, option)))
+    return rows
 
 
 def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
@@ -174,7 +214,7 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
         + (f"; load average at start {load[0]:.1f}" if load else ""),
         *_run_lines(machine),
         "",
-        "Values are medians over interleaved rounds. Ratios are ours/peer: the median of per-round "
+        clock_line(machine) + "Values are medians over interleaved rounds. Ratios are ours/peer: the median of per-round "
         "ratios, and (best) the ratio of each model's fastest round, which background load disturbs "
         "least. Throughput: > 1 means ours is faster. Time and memory: < 1 means ours is quicker / smaller.",
         "",
@@ -184,16 +224,22 @@ def markdown(machine: Dict[str, Any], records: List[Dict[str, Any]]) -> str:
     ]
     for record in records:
         unit = record["unit"]
-        cells = [_format(record["median"][n], unit) if n in record["median"] else "—"
-                 for n in ("ours", "timm", "torchvision")]
-        ours_based = _base(list(record["median"])) == "ours"
-        best = best_ratios(record)
-        ratios = [f"{source[n]:.3f}" if ours_based and n in source else "—"
-                  for source in (record["ratio"], best) for n in ("timm", "torchvision")]
-        lines.append(f"| {TITLES.get(record['kind'], record['kind'])} | {record['variant']} | {record.get('batch', '—')} | "
-                     + " | ".join(cells + ratios) + " |")
+        for title, ours, ratio, best in table_rows(record):
+            cells = [_format(record["median"][n], unit) if n in record["median"] else "—"
+                     for n in (ours, "timm", "torchvision")]
+            ratios = [f"{source[n]:.3f}" if n in source else "—" for source in (ratio, best) for n in PEERS]
+            lines.append(f"| {title} | {record['variant']} | {record.get('batch', '—')} | "
+                         + " | ".join(cells + ratios) + " |")
     extras = _extras(records)
     return "\n".join(lines + ([""] + extras if extras else [])) + "\n"
+
+
+def clock_line(machine: Dict[str, Any]) -> str:
+    """What the throughput figures were timed by, when it is not the wall clock."""
+    if machine.get("clock") == "cpu":
+        return ("Throughput is timed by the CPU time the process used (one thread), which other processes' "
+                "load does not add to. ")
+    return ""
 
 
 def _run_lines(machine: Dict[str, Any]) -> List[str]:
@@ -212,7 +258,8 @@ def _extras(records: List[Dict[str, Any]]) -> List[str]:
     lines = []
     for record in records:
         where = f"{record['kind']} {record['variant']}" + (f" batch {record['batch']}" if "batch" in record else "")
-        others = {k: v for k, v in record["median"].items() if k not in ("ours", "timm", "torchvision")}
+        others = {k: v for k, v in record["median"].items()
+                  if k not in ("ours",) + PEERS and k not in record.get("option_ratio", {})}
         if others:
             base = _base(list(record["median"]))
             best = best_ratios(record)
@@ -297,7 +344,8 @@ def appended(json_path: Path, machine: Dict[str, Any], settings: Dict[str, Any],
     import torch
 
     earlier = json.loads(Path(json_path).read_text())
-    same = ("cpu", "threads", "device", "torch", "timm", "torchvision")
+    earlier["machine"] = {"clock": "wall", **earlier["machine"]}  # files from before the choice of clock
+    same = ("cpu", "threads", "device", "torch", "timm", "torchvision", "clock")
     if any(earlier["machine"].get(k) != str(machine.get(k)) and earlier["machine"].get(k) != machine.get(k)
            for k in same):
         raise ValueError(f"{json_path} was measured on another machine or software stack; not appending")

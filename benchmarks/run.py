@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import result_records  # noqa: E402
 from contestants import CONTESTANTS, VARIANTS, build, check_variant, create_pretrained  # noqa: E402
 from timing import (  # noqa: E402
-    calls_for, forward_flops, inference_task, interleave, make_optimizer, matmul_task, synchronize, timed,
-    training_step,
+    CLOCKS, calls_for, forward_flops, inference_task, interleave, make_optimizer, matmul_task, synchronize, timed,
+    training_step, use_clock,
 )
 
 MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained", "compile")
@@ -49,8 +49,10 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
                         help="which measurements to run ('all' = every one; with --quick, all but compile)")
     parser.add_argument("--variants", nargs="+", default=["b16"], choices=sorted(VARIANTS),
                         help="architectures for throughput, memory, create and compile")
-    parser.add_argument("--contestants", nargs="+", default=["ours", "timm", "torchvision"], choices=CONTESTANTS,
-                        help="models to compare; ours-sdpa / ours-eager force our attention path")
+    parser.add_argument("--contestants", nargs="+", default=["ours", "ours-pooled", "timm", "torchvision"],
+                        choices=CONTESTANTS,
+                        help="models to compare; ours is our model as built by default, ours-pooled with the opt-in "
+                             "pooled-token forward, ours-sdpa / ours-eager with one attention path forced")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32], help="inference batch sizes")
     parser.add_argument("--train-batch-sizes", nargs="+", type=int, default=[16], help="training batch sizes")
     parser.add_argument("--memory-batch", type=int, default=None,
@@ -66,6 +68,9 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--matmul-size", type=int, default=4096, help="n of the n x n fp32 matmul ceiling")
     parser.add_argument("--threads", type=int, default=_usable_cores(), help="torch CPU threads (default: all cores)")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (or 'cuda:N')")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="what throughput samples read: wall-clock time, or (CPU, --threads 1) the CPU time "
+                             "the process used, which other processes on a shared machine do not add to")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="directory for the results")
     parser.add_argument("--name", default=None, help="file name stem of the results (default: the device type)")
     parser.add_argument("--work-dir", type=Path, default=None,
@@ -95,6 +100,8 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     args.device = torch.device(args.device)
     if args.device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda given but torch sees no CUDA device")
+    if args.clock == "cpu" and (args.device.type != "cpu" or args.threads != 1):
+        parser.error("--clock cpu times CPU work on one thread: use it with --device cpu --threads 1")
     for variant in args.variants + args.pretrained_variants:
         check_variant(variant)
     return args
@@ -178,11 +185,17 @@ def _create_task(name: str, variant: str):
     return task
 
 
+def _constructions(contestants: List[str]) -> List[str]:
+    """Contestants that build differently: ours-pooled is ours until the forward, so it is left out."""
+    return [name for name in contestants if name != "ours-pooled"]
+
+
 def measure_create(args, variant: str) -> Dict[str, Any]:
-    tasks = {name: _create_task(name, variant) for name in args.contestants}
+    names = _constructions(args.contestants)
+    tasks = {name: _create_task(name, variant) for name in names}
     _log(f"create {variant}: {args.create_repeats} rounds of {', '.join(tasks)}")
     samples = interleave(tasks, args.create_repeats, warmup=1)
-    record = result_records.duration_record("create", variant, samples, args.contestants)
+    record = result_records.duration_record("create", variant, samples, names)
     _log(result_records.one_line(record))
     return record
 
@@ -217,7 +230,7 @@ def _pretrained_task(name: str, variant: str, weights: Path, image: torch.Tensor
 
 def measure_pretrained(args, variant: str, work_dir: Path) -> Dict[str, Any]:
     """create_model(pretrained=True) from one local file, ours against timm's own loading path."""
-    names = [n for n in args.contestants if n != "torchvision"]
+    names = [n for n in _constructions(args.contestants) if n != "torchvision"]
     _log(f"pretrained {variant}: writing the weight file")
     weights = _write_weights(variant, work_dir)
     image = _images(1, torch.device("cpu"))
@@ -292,6 +305,7 @@ def main(argv: List[str] | None = None) -> int:
             _log(f"wrote {path}")
         return 0
     torch.set_num_threads(args.threads)
+    use_clock(args.clock)
     machine = result_records.machine_info(args)
     _log(f"{machine['cpu']} | {args.threads} threads | device {args.device} | torch {machine['torch']}")
     records: List[Dict[str, Any]] = []

@@ -19,6 +19,18 @@ from torch.utils.flop_counter import FlopCounterMode
 #: A task runs its workload once and returns named durations in seconds (usually just "time").
 Task = Callable[[], Dict[str, float]]
 
+#: What ``timed`` reads: wall-clock seconds, or the CPU seconds this process used. On a machine shared
+#: with other work, CPU time leaves out the time other processes hold the cores (with one torch
+#: thread; several threads would count their spin-waiting too).
+CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = CLOCKS["wall"]
+
+
+def use_clock(name: str) -> None:
+    """Time throughput samples by ``name``, one of ``CLOCKS``."""
+    global _clock
+    _clock = CLOCKS[name]
+
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
@@ -28,11 +40,11 @@ def synchronize(device: torch.device) -> None:
 def timed(fn: Callable[[], object], device: torch.device, calls: int = 1) -> Dict[str, float]:
     """Run ``fn`` ``calls`` times and return the seconds per call."""
     synchronize(device)
-    start = time.perf_counter()
+    start = _clock()
     for _ in range(calls):
         fn()
     synchronize(device)
-    return {"time": (time.perf_counter() - start) / calls}
+    return {"time": (_clock() - start) / calls}
 
 
 def calls_for(fn: Callable[[], object], device: torch.device, min_time: float) -> int:

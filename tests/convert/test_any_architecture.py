@@ -102,6 +102,8 @@ def test_config_is_timms_save_config_for_hf_and_keeps_labels_and_preprocessing(t
                              pretrained_cfg_overlay=dict.fromkeys(TAG_PROVENANCE))
     save_config_for_hf(same, tmp_path / "timm.json", model_config={"label_names": ["cat", "dog", "owl"]})
     timms = json.loads((tmp_path / "timm.json").read_text())
+    # model_args leaves num_classes to the top level (transformers passes it to create_model itself)
+    assert timms["model_args"].pop("num_classes") == config["num_classes"] == 3
     assert {k: v for k, v in config.items() if k != METADATA_KEY} == timms
     # a model directory with its own preprocessing, converted again: kept, not reset to the variant's
     edited = dict(config)

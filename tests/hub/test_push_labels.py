@@ -36,10 +36,12 @@ def test_push_labels_file_writes_timm_label_names_and_loads_with_hf_hub(hub_env,
     assert _snapshot(directory) == before  # push stages a copy; the user's directory is untouched
     pushed = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
     assert pushed["label_names"] == NAMES
-    # exactly what timm's own save_config_for_hf writes for this model with these names (key order too)
+    # exactly what timm's own save_config_for_hf writes for this model with these names (key order too),
+    # but for num_classes in model_args, which the top level gives (transformers passes it itself)
     save_config_for_hf(model, tmp_path / "timm.json",
                        model_config={"label_names": NAMES, "vitscratch": pushed["vitscratch"]})
     expected = json.loads((tmp_path / "timm.json").read_text())
+    assert expected["model_args"].pop("num_classes") == pushed["num_classes"]
     assert json.dumps(pushed) == json.dumps(expected)
     assert pushed["vitscratch"]["sha256"] == sha256_file(directory / "model.safetensors")
 

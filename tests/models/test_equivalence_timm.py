@@ -54,15 +54,17 @@ def test_distilled_training_pair_matches_timm():
     ("scratch_deit_ti16_distilled", "deit_tiny_distilled_patch16_224", "token"),
 ])
 @pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
-def test_training_step_gradients_equal_timm(ours_name, timm_name, pool, attn_impl):
+@pytest.mark.parametrize("pooled_forward", [False, True], ids=["default", "pooled"])
+def test_training_step_gradients_equal_timm(ours_name, timm_name, pool, attn_impl, pooled_forward):
     """Loss and every parameter's gradient match timm's model in training mode, for both attention paths.
 
-    With 'token' pooling our forward runs the last block for the pooled tokens only; the
-    gradients prove that skipping the other tokens' outputs changes nothing that is learned.
+    With the opt-in pooled forward and 'token' pooling, the last block runs for the pooled tokens
+    only; the gradients prove that skipping the other tokens' outputs changes nothing that is learned.
     """
     small = dict(img_size=32, depth=2, num_classes=7)
     reference = timm.create_model(timm_name, global_pool=pool, **small).train()
-    ours = timm.create_model(ours_name, global_pool=pool, attn_impl=attn_impl, **small).train()
+    ours = timm.create_model(ours_name, global_pool=pool, attn_impl=attn_impl, pooled_forward=pooled_forward,
+                             **small).train()
     ours.load_state_dict(reference.state_dict())
     x, y = torch.randn(3, 3, 32, 32), torch.randint(0, 7, (3,))
     ours_loss = torch.nn.functional.cross_entropy(ours(x), y)

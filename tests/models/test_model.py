@@ -266,9 +266,9 @@ def test_timm_fx_feature_extractor():
 
 
 def test_forward_equals_forward_head_of_forward_features():
-    """forward() skips the last block's patch-token outputs for 'token' pooling: same logits."""
+    """The opt-in pooled forward skips the last block's patch-token outputs for 'token' pooling: same logits."""
     for name in ("scratch_vit_ti16", "scratch_vit_b16_in21k", "scratch_deit_ti16_distilled"):
-        model = tiny(name, num_classes=5).eval()
+        model = tiny(name, num_classes=5, pooled_forward=True).eval()
         x = torch.randn(2, 3, 32, 32)
         with torch.no_grad():
             assert torch.allclose(model(x), model.forward_head(model.forward_features(x)), atol=1e-6), name
@@ -276,8 +276,8 @@ def test_forward_equals_forward_head_of_forward_features():
             assert torch.allclose(pooled, model.forward_features(x)[:, :model.num_prefix_tokens], atol=1e-6)
 
 
-def test_hooks_see_every_token_with_pooled_forward_off():
-    model = tiny(pooled_forward=False).eval()
+def test_hooks_see_every_token_by_default():
+    model = tiny().eval()
     seen = []
     for module in (model.blocks[-1], model.blocks[-1].mlp.fc2, model.norm):
         handle = module.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))

@@ -253,17 +253,32 @@ POOLED = {
 }
 
 
+def test_pooled_forward_is_opt_in():
+    model = VisionTransformer(**SMALL)
+    assert not model.pooled_forward  # off by default: forward is timm's computation
+    model.set_pooled_forward()
+    assert model.pooled_forward
+    model.set_pooled_forward(False)
+    assert not model.pooled_forward
+    assert VisionTransformer(**SMALL, pooled_forward=True).pooled_forward
+    assert tiny(pooled_forward=True).pooled_forward  # through timm.create_model
+
+
 @pytest.mark.parametrize("family", list(POOLED))
 def test_pooled_forward_equals_full_path(family):
-    model = VisionTransformer(**SMALL, **POOLED[family]).eval()
+    model = VisionTransformer(**SMALL, **POOLED[family], pooled_forward=True).eval()
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.05)
     assert model.pooled_token_count() == (2 if model.distilled else 1)
     x = torch.randn(3, 3, 32, 32)
+    seen = []
+    model.blocks[-1].mlp.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))
     with torch.no_grad():
         full = model.forward_head(model.forward_features(x))
+        assert seen.pop() == (3, model.num_prefix_tokens + 16, 64)
         assert torch.allclose(model(x), full, atol=1e-6)
+        assert seen.pop() == (3, model.pooled_token_count(), 64)  # the last MLP ran for those tokens alone
         model.pooled_forward = False
         assert torch.equal(model(x), full)
     model.pooled_forward = True
@@ -281,7 +296,7 @@ def test_pooled_forward_equals_full_path(family):
 
 @pytest.mark.parametrize("pool", ["avg", "avgmax", "max", "map", ""])
 def test_pooling_over_every_token_takes_the_full_path(pool):
-    model = VisionTransformer(**SMALL, global_pool=pool).eval()
+    model = VisionTransformer(**SMALL, global_pool=pool, pooled_forward=True).eval()
     assert model.pooled_token_count() == 0
     seen = []
     model.blocks[-1].register_forward_hook(lambda _m, _i, out: seen.append(out.shape))
@@ -293,8 +308,7 @@ def test_pooling_over_every_token_takes_the_full_path(pool):
 def test_fx_feature_extraction_sees_every_token_of_the_last_block():
     from timm.models import create_feature_extractor
 
-    model = tiny(depth=2).eval()
-    assert model.pooled_forward
+    model = tiny(depth=2, pooled_forward=True).eval()
     extractor = create_feature_extractor(model, return_nodes={"blocks.1": "last", "norm": "norm"})
     out = extractor(torch.randn(1, 3, 32, 32))
     assert out["last"].shape == out["norm"].shape == (1, 17, 64)

@@ -11,9 +11,10 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     command = [
         sys.executable, str(ROOT / "benchmarks" / "run.py"),
         "--measure", "infer", "train", "memory", "create", "pretrained",
-        "--variants", "ti16", "--pretrained-variants", "ti16", "--contestants", "ours", "timm",
+        "--variants", "ti16", "--pretrained-variants", "ti16", "--contestants", "ours", "ours-pooled", "timm",
         "--batch-sizes", "1", "2", "--train-batch-sizes", "2", "--repeats", "1", "--create-repeats", "1",
         "--warmup", "0", "--min-time", "0", "--matmul-size", "256", "--out", str(tmp_path), "--name", "smoke",
+        "--threads", "1", "--clock", "cpu",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -21,8 +22,11 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     kinds = [(r["kind"], r.get("batch")) for r in result["records"]]
     assert kinds == [("infer", 1), ("infer", 2), ("train", 2), ("memory", 2), ("create", None), ("pretrained", None)]
     for record in result["records"]:
-        assert set(record["median"]) == {"ours", "timm"} and all(v > 0 for v in record["median"].values())
-        assert set(record["ratio"]) == {"timm"}
+        # the opt-in pooled forward builds as ours does: measured where the forward runs, not at creation
+        pooled = {"ours-pooled"} if record["kind"] in ("infer", "train", "memory") else set()
+        assert set(record["median"]) == {"ours", "timm"} | pooled and all(v > 0 for v in record["median"].values())
+        assert set(record["ratio"]) == {"timm"} and set(record["option_ratio"]) == pooled
+        assert all(set(by_peer) == {"timm"} for by_peer in record["option_ratio"].values())
     infer = result["records"][0]
     assert infer["forward_flops_per_image"] > 1e9 and 0 < infer["fraction_of_matmul"]["ours"]
     pretrained = result["records"][-1]
@@ -31,15 +35,24 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     assert memory["ours"]["torch_peak_bytes"] > memory["ours"]["resting_bytes"] > 0
     table = (tmp_path / "smoke.md").read_text()
     assert "| inference fp32 (img/s) | ti16 | 1 |" in table and "ours/timm" in table
+    assert "| inference fp32 (img/s), pooled forward (opt-in) | ti16 | 1 |" in table
     assert (tmp_path / "smoke.png").stat().st_size > 0
-    assert result["machine"]["threads"] >= 1 and result["machine"]["torch"]
+    assert result["machine"]["threads"] == 1 and result["machine"]["clock"] == "cpu" and result["machine"]["torch"]
+    assert "timed by the CPU time the process used" in table
     # a second bounded run appends to the same report, keeping both runs' dates and loads
     again = command[:2] + ["--measure", "create", "--variants", "ti16", "--contestants", "ours", "timm",
                            "--repeats", "1", "--create-repeats", "1", "--warmup", "0", "--out", str(tmp_path),
-                           "--name", "smoke", "--append"]
+                           "--name", "smoke", "--append", "--threads", "1", "--clock", "cpu"]
     done = subprocess.run(again, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     merged = json.loads((tmp_path / "smoke.json").read_text())
     assert [r["kind"] for r in merged["records"]] == [k for k, _ in kinds] + ["create"]
     assert len(merged["machine"]["runs"]) == 2 and len(merged["settings"]["runs"]) == 2
     assert (tmp_path / "smoke.md").read_text().count("- run ") == 2
+
+
+def test_cpu_clock_needs_one_thread():
+    """CPU time of several threads would count their spin-waiting: the CPU clock takes one thread."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--clock", "cpu", "--threads", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "use it with --device cpu --threads 1" in done.stderr

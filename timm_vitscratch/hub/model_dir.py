@@ -45,7 +45,9 @@ def model_config(
 ) -> Dict[str, Any]:
     """timm's Hub config for ``model`` (built by timm's ``save_config_for_hf``) plus our metadata.
 
-    ``label_names`` go to the top level, where timm's ``push_to_hf_hub`` puts them.
+    ``label_names`` go to the top level, where timm's ``push_to_hf_hub`` puts them. ``model_args``
+    leaves out ``num_classes``, which the top level already gives: timm reads it from there, and
+    transformers' ``TimmWrapper`` passes it to ``create_model`` itself (twice, if model_args held it too).
     """
     extra: Dict[str, Any] = {}
     if label_names:
@@ -61,9 +63,12 @@ def model_config(
     os.close(fd)
     try:
         save_config_for_hf(model, tmp, model_config=extra or None)
-        return json.loads(Path(tmp).read_text())
+        config = json.loads(Path(tmp).read_text())
     finally:
         os.unlink(tmp)
+    if config.get("model_args", {}).get("num_classes") == config["num_classes"]:
+        del config["model_args"]["num_classes"]
+    return config
 
 
 def read_label_names(path: PathLike) -> List[str]:

@@ -30,8 +30,9 @@ def forward_macs(model: nn.Module) -> Dict[str, int]:
     """MACs per image of the architecture's full forward at the model's image size, by part.
 
     This is ``forward_head(forward_features(x))``, the figure comparable with timm's and
-    torchvision's ViTs. With ``global_pool='token'``, ``model.forward`` runs the last block for the
-    pooled token(s) only and so does less (about 1/depth of the blocks' work less).
+    torchvision's ViTs, and what ``model.forward`` computes. With the opt-in pooled forward
+    (``pooled_forward=True``) and ``global_pool='token'``, the last block runs for the pooled
+    token(s) only and so does less (about 1/depth of the blocks' work less).
 
     Works on a model built on ``meta`` (only shapes are read).
     """

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Tuple, Type, Union
 import torch
 import torch.nn.functional as F
 from timm.layers import LayerNorm as TimmLayerNorm
-from timm.layers import get_act_layer, get_norm_layer, resample_patch_embed
+from timm.layers import Format, get_act_layer, get_norm_layer, resample_patch_embed
 from torch import nn
 
 ATTN_IMPLS = ("sdpa", "eager")
@@ -92,10 +92,13 @@ def check_image_shape(
 
 
 class PatchEmbed(nn.Module):
-    """Image to a grid of patch tokens with one strided convolution: (B, C, H, W) -> (B, H/p, W/p, D).
+    """Image to patch tokens with one strided convolution, in timm's layouts and with timm's attributes.
 
+    (B, C, H, W) -> (B, H/p * W/p, D) tokens (``flatten``), or with ``output_fmt`` the patch grid in
+    that layout (``'NHWC'``: (B, H/p, W/p, D), what the model asks for with ``dynamic_img_size``).
     ``strict_img_size=False`` takes any image whose sides are multiples of the patch size (or any
-    size with ``dynamic_img_pad``, which pads right and bottom up to the next multiple).
+    size with ``dynamic_img_pad``, which pads right and bottom up to the next multiple). ``norm``
+    is an Identity, as in timm's ViT (a hook point).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class PatchEmbed(nn.Module):
         bias: bool = True,
         strict_img_size: bool = True,
         dynamic_img_pad: bool = False,
+        output_fmt: Optional[str] = None,
     ) -> None:
         super().__init__()
         if in_chans < 1:
@@ -116,7 +120,11 @@ class PatchEmbed(nn.Module):
         self.dynamic_img_pad = dynamic_img_pad
         self.patch_size = to_2tuple(patch_size, "patch_size")
         self._set_img_size(img_size)
+        # timm's convention: no output_fmt means flattened tokens, and output_fmt then reads NCHW
+        self.flatten = output_fmt is None
+        self.output_fmt = Format(output_fmt or "NCHW")
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
+        self.norm = nn.Identity()
 
     def _set_img_size(self, img_size: Union[int, Tuple[int, int]]) -> None:
         self.img_size = to_2tuple(img_size, "img_size")
@@ -127,10 +135,14 @@ class PatchEmbed(nn.Module):
                     f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}: "
                     f"image {side} {size} must be a positive multiple of patch {side} {patch}"
                 )
-        self.grid_size = self.feat_size(self.img_size)
+        self.grid_size = self.dynamic_feat_size(self.img_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
 
-    def feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
+    def feat_ratio(self, as_scalar: bool = True) -> Union[Tuple[int, int], int]:
+        """How much smaller the patch grid is than the image: the patch size (its larger side as a scalar)."""
+        return max(self.patch_size) if as_scalar else self.patch_size
+
+    def dynamic_feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
         """Patch grid (rows, columns) for an image of ``img_size`` (padded up with ``dynamic_img_pad``)."""
         if self.dynamic_img_pad:
             return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
@@ -161,8 +173,16 @@ class PatchEmbed(nn.Module):
             pad_h = (self.patch_size[0] - x.shape[2] % self.patch_size[0]) % self.patch_size[0]
             pad_w = (self.patch_size[1] - x.shape[3] % self.patch_size[1]) % self.patch_size[1]
             x = F.pad(x, (0, pad_w, 0, pad_h))
-        # channels last is a view of the convolution's output; rows and columns then flatten as a view too
-        return self.proj(x).permute(0, 2, 3, 1)
+        x = self.proj(x)
+        # every layout is a view of the convolution's (B, D, H, W) output; Format is a str enum,
+        # and TorchScript holds output_fmt as its string
+        if self.flatten or self.output_fmt == "NLC":
+            x = x.flatten(2).transpose(1, 2)
+        elif self.output_fmt == "NHWC":
+            x = x.permute(0, 2, 3, 1)
+        elif self.output_fmt == "NCL":
+            x = x.flatten(2)
+        return self.norm(x)
 
 
 def _norm(dim: int, enabled: bool, eps: float) -> nn.Module:
@@ -191,9 +211,13 @@ def _masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, scale: float,
 class Attention(nn.Module):
     """Multi-head self-attention with one fused qkv projection (and timm's optional q/k LayerNorm).
 
-    ``attn_impl='sdpa'`` runs ``F.scaled_dot_product_attention``; ``'eager'`` materialises the
-    attention matrix (needed to read attention maps). Both compute the same function.
+    ``fused_attn`` (timm's switch, set from ``attn_impl``: ``'sdpa'`` True, ``'eager'`` False) runs
+    ``F.scaled_dot_product_attention``; off, the attention matrix is materialised and passes
+    through ``attn_drop`` (where timm's ``AttentionExtract`` hooks read it). Both compute the same
+    function. ``norm`` (the merged heads, before ``proj``) is an Identity, as in timm's ViT.
     """
+
+    __jit_unused_properties__ = ["attn_impl"]
 
     def __init__(
         self,
@@ -214,13 +238,19 @@ class Attention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = qk_scale if qk_scale is not None else self.head_dim ** -0.5
-        self.attn_impl = check_attn_impl(attn_impl)
+        self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.q_norm = _norm(self.head_dim, qk_norm, norm_eps)
         self.k_norm = _norm(self.head_dim, qk_norm, norm_eps)
         self.attn_drop = nn.Dropout(attn_drop)
+        self.norm = nn.Identity()
         self.proj = nn.Linear(dim, dim, bias=proj_bias)
         self.proj_drop = nn.Dropout(proj_drop)
+
+    @property
+    def attn_impl(self) -> str:
+        """``'sdpa'`` or ``'eager'``: the path ``fused_attn`` selects."""
+        return "sdpa" if self.fused_attn else "eager"
 
     def _split_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
@@ -253,7 +283,7 @@ class Attention(nn.Module):
                 attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
         batch, _, queries, _ = q.shape
-        if self.attn_impl == "sdpa":
+        if self.fused_attn:
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
             )
@@ -262,7 +292,7 @@ class Attention(nn.Module):
         # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
         # so this reshape is a view, not a copy
         x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
-        return self.proj_drop(self.proj(x))
+        return self.proj_drop(self.proj(self.norm(x)))
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         q, k, v = self._split_heads(x)
@@ -287,7 +317,7 @@ class LayerScale(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Two-layer perceptron: fc1 -> act (GELU unless ``act_layer`` says) -> drop -> fc2 -> drop."""
+    """Two-layer perceptron: fc1 -> act (GELU unless ``act_layer`` says) -> drop -> norm (Identity) -> fc2 -> drop."""
 
     def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, bias: bool = True,
                  act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
@@ -295,11 +325,12 @@ class Mlp(nn.Module):
         self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
         self.act = act_layer()
         self.drop1 = nn.Dropout(drop)
+        self.norm = nn.Identity()  # timm's hook point between the activation and fc2
         self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
 
 
 def drop_path(x: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor:
@@ -409,7 +440,8 @@ class AttentionPool(nn.Module):
     """Attention pooling with one learned latent query (SigLIP's "MAP" head); timm's ``attn_pool.*`` names.
 
     The latent attends over the tokens (queries from ``q``, keys and values from ``kv``), is
-    projected, and passes a residual LayerNorm + MLP: (B, N, D) -> (B, D).
+    projected, and passes a residual LayerNorm + MLP: (B, N, D) -> (B, D). ``q_norm``, ``k_norm``
+    and ``proj_drop`` are timm's hook points (Identity, Identity, Dropout(0)).
     """
 
     def __init__(self, dim: int, num_heads: int = 8, mlp_ratio: float = 4.0, qkv_bias: bool = True,
@@ -420,11 +452,15 @@ class AttentionPool(nn.Module):
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.attn_impl = check_attn_impl(attn_impl)
+        self.scale = self.head_dim ** -0.5
+        self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
         self.latent = nn.Parameter(torch.zeros(1, 1, dim))
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        self.q_norm = nn.Identity()
+        self.k_norm = nn.Identity()
         self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(0.0)
         self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
 
@@ -432,12 +468,12 @@ class AttentionPool(nn.Module):
         batch, tokens, dim = x.shape
         q = self.q(self.latent.expand(batch, -1, -1)).view(batch, 1, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(x).view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
-        k, v = k.transpose(1, 2), v.transpose(1, 2)
-        if self.attn_impl == "sdpa":
-            x = F.scaled_dot_product_attention(q, k, v)
+        q, k, v = self.q_norm(q), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
+        if self.fused_attn:
+            x = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
         else:
-            x = _masked_softmax_attention(q, k, self.head_dim ** -0.5, None) @ v
-        x = self.proj(x.transpose(1, 2).reshape(batch, 1, dim))
+            x = _masked_softmax_attention(q, k, self.scale, None) @ v
+        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, 1, dim)))
         x = x + self.mlp(self.norm(x))
         return x[:, 0]
 

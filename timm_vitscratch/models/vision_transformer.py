@@ -80,10 +80,11 @@ class VisionTransformer(nn.Module):
     ``attn_impl`` (``'sdpa'`` or ``'eager'``; default: timm's ``use_fused_attn()``),
     ``norm_eps``, ``pooled_forward`` and timm's ``device`` / ``dtype`` factory arguments.
 
-    ``pooled_forward`` (default True): when the head reads only the class (and distillation)
-    token, ``forward`` runs the last block for those tokens alone. Under FX symbolic tracing the
-    full path is taken; set it False to see every token's output of the last block or the final
-    norm with forward hooks.
+    ``forward`` computes what timm's does, module by module, so forward and backward hooks see
+    timm's tensors. ``pooled_forward=True`` (or ``set_pooled_forward()``) opts into a faster
+    forward: when the head reads only the class (and distillation) token, the last block runs for
+    those tokens alone. Logits and gradients stay the same; hooks on the last block and the final
+    norm then see only those tokens, and hooks on ``blocks`` do not fire.
     """
 
     dynamic_img_size: Final[bool]
@@ -128,7 +129,7 @@ class VisionTransformer(nn.Module):
         distilled_training: bool = False,
         attn_impl: Optional[str] = None,
         norm_eps: float = 1e-6,
-        pooled_forward: bool = True,
+        pooled_forward: bool = False,
         device: Optional[Union[str, torch.device]] = None,
         dtype: Optional[torch.dtype] = None,
     ) -> None:
@@ -164,8 +165,10 @@ class VisionTransformer(nn.Module):
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
         # CLIP-style pre-norm models have no patch bias (timm's convention)
+        # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
         self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim, bias=not pre_norm,
-                                      strict_img_size=not dynamic_img_size, dynamic_img_pad=dynamic_img_pad)
+                                      strict_img_size=not dynamic_img_size, dynamic_img_pad=dynamic_img_pad,
+                                      output_fmt="NHWC" if dynamic_img_size else None)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
@@ -359,11 +362,16 @@ class VisionTransformer(nn.Module):
 
     @torch.jit.ignore
     def set_attn_impl(self, attn_impl: str) -> None:
-        """Switch every attention layer between ``'sdpa'`` and ``'eager'``."""
+        """Switch every attention layer between ``'sdpa'`` and ``'eager'`` (timm's ``fused_attn`` on or off)."""
         self.attn_impl = check_attn_impl(attn_impl)
         for module in self.modules():
-            if module is not self and hasattr(module, "attn_impl"):
-                module.attn_impl = attn_impl
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = attn_impl == "sdpa"
+
+    @torch.jit.ignore
+    def set_pooled_forward(self, enable: bool = True) -> None:
+        """Opt into (or out of) the pooled-token forward; see docs/models.md, "The pooled-token forward"."""
+        self.pooled_forward = enable
 
     @torch.jit.ignore
     def get_classifier(self) -> Union[nn.Module, Tuple[nn.Module, nn.Module]]:
@@ -426,9 +434,17 @@ class VisionTransformer(nn.Module):
 
     # --- forward ------------------------------------------------------------------------------
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, H, W, D) patch grid -> (B, prefix + H*W, D) tokens with positions, as timm orders them."""
-        batch, height, width, dim = x.shape
-        x = x.reshape(batch, height * width, dim)
+        """Patch tokens -> (B, prefix + N, D) tokens with positions, in timm's order.
+
+        Takes what ``patch_embed`` returns: (B, N, D) tokens, or with ``dynamic_img_size`` the
+        (B, H, W, D) patch grid, whose size the position table is resampled to.
+        """
+        if self.dynamic_img_size:
+            batch, height, width, dim = x.shape
+            x = x.reshape(batch, height * width, dim)
+        else:
+            batch, _, dim = x.shape
+            height, width = self.patch_embed.grid_size
         prefix = 0 if self.no_embed_class else self.num_prefix_tokens
         pos_embed = self.pos_embed
         if pos_embed is not None and self.dynamic_img_size:
@@ -458,16 +474,13 @@ class VisionTransformer(nn.Module):
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
 
-    def _blocks(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, prefix_only: int = 0) -> torch.Tensor:
-        """Run every block; with ``prefix_only`` > 0 the last one computes only the first that many tokens."""
-        last = len(self.blocks) - 1
-        for index, block in enumerate(self.blocks):
-            if prefix_only > 0 and index == last:
-                if self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
-                    x = checkpoint(block.forward_prefix, x, prefix_only, use_reentrant=False)
-                else:
-                    x = block.forward_prefix(x, prefix_only)
-            elif self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
+    def _blocks(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Every block, called as timm calls them: ``blocks`` as one module unless a mask or
+        gradient checkpointing takes them one by one (so hooks on ``blocks`` fire where timm's do)."""
+        if attn_mask is None and not self.grad_checkpointing:
+            return self.blocks(x)
+        for block in self.blocks:
+            if self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
                 x = checkpoint(block, x, attn_mask, use_reentrant=False)
             else:
                 x = block(x, attn_mask)
@@ -494,7 +507,23 @@ class VisionTransformer(nn.Module):
         (about 1/depth of the model's FLOPs). With pooling that reads every token (k = 0) this is
         ``forward_features(x)``.
         """
-        return self.norm(self._blocks(self._embed(x), None, self.pooled_token_count()))
+        num_tokens = self.pooled_token_count()
+        if num_tokens == 0:
+            return self.forward_features(x)
+        x = self._embed(x)
+        checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
+        last = len(self.blocks) - 1
+        for index, block in enumerate(self.blocks):
+            if index == last:
+                if checkpointing and not torch.jit.is_scripting():
+                    x = checkpoint(block.forward_prefix, x, num_tokens, use_reentrant=False)
+                else:
+                    x = block.forward_prefix(x, num_tokens)
+            elif checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(block, x, None, use_reentrant=False)
+            else:
+                x = block(x)
+        return self.norm(x)
 
     def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
         """(B, N, D) tokens -> (B, D) by ``pool_type`` (default: ``global_pool``); ``''`` keeps the tokens."""
@@ -527,11 +556,11 @@ class VisionTransformer(nn.Module):
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None):
-        """Logits, equal to ``forward_head(forward_features(x))``.
+        """Logits: ``forward_head(forward_features(x))``, timm's computation.
 
-        With ``pooled_forward`` and a head that reads only leading tokens, the last block runs
-        for those tokens alone (``forward_pooled_tokens``). An attention mask or FX tracing takes
-        the full path.
+        Opted into with ``pooled_forward`` (``set_pooled_forward()``), a head that reads only
+        leading tokens gets them from ``forward_pooled_tokens`` (equal logits, less work). An
+        attention mask or FX tracing takes the full path.
         """
         if self.pooled_forward and attn_mask is None and self.pooled_token_count() > 0 and not _is_fx_proxy(x):
             return self.forward_head(self.forward_pooled_tokens(x))
@@ -585,7 +614,7 @@ class VisionTransformer(nn.Module):
         prefix = [y[:, :self.num_prefix_tokens] for y in intermediates]
         intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
         if output_fmt == "NCHW":
-            grid_h, grid_w = self.patch_embed.feat_size((height, width))
+            grid_h, grid_w = self.patch_embed.dynamic_feat_size((height, width))
             intermediates = [y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous()
                              for y in intermediates]
         if output_dict:

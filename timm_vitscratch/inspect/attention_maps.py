@@ -18,7 +18,7 @@ from timm.data import create_transform, resolve_data_config
 from torch import nn
 
 from ..files import PathLike, atomic_write
-from ..models.variants import ARCHITECTURES, unknown_model_message
+from .model_ref import check_scratch_model, has_weights, timm_model_name
 
 FIGSIZE = (9.0, 3.4)  # inches; at DPI 100 the PNG is 900 x 340 pixels
 DPI = 100
@@ -76,23 +76,21 @@ def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
 
 
 def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Module, str]:
-    """A model directory (``config.json`` + ``model.safetensors``) or a registered name (random weights, seed 0).
+    """A model with its weights (a pretrained tag, a model directory, ``local-dir:``, ``hf-hub:``) or a bare
+    registered name (random weights, seed 0).
 
     Returns the model in eval mode and a description for the figure title.
     """
     kwargs = {} if img_size is None else dict(img_size=img_size)
-    path = Path(name_or_dir)
-    if path.is_dir():
-        model = timm.create_model(f"local-dir:{path}", pretrained=True, **kwargs)
-        description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {path}"
-    elif name_or_dir in ARCHITECTURES:
+    name = timm_model_name(name_or_dir)
+    if has_weights(name_or_dir):
+        model = check_scratch_model(timm.create_model(name, pretrained=True, **kwargs), name_or_dir)
+        description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {name_or_dir}"
+    else:
         with torch.random.fork_rng(devices=[]):  # same picture on every run, global RNG untouched
             torch.manual_seed(0)
-            model = timm.create_model(name_or_dir, **kwargs)
+            model = timm.create_model(name, **kwargs)
         description = f"{name_or_dir}, RANDOM weights (untrained)"
-    else:
-        raise ValueError(f"{unknown_model_message(name_or_dir)} (--model takes a registered name or a model "
-                         "directory holding config.json and model.safetensors)")
     if model.patch_embed.in_chans != 3:
         raise ValueError(f"attention pictures need an RGB model (in_chans=3), got in_chans={model.patch_embed.in_chans}")
     return model.eval(), description

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import timm
 from huggingface_hub import (
-    CachedRevisionInfo, HfApi, HFCacheInfo, hf_hub_download, scan_cache_dir, snapshot_download,
+    CachedRevisionInfo, HfApi, HFCacheInfo, hf_hub_download, is_offline_mode, scan_cache_dir, snapshot_download,
 )
 from huggingface_hub.errors import (
     CacheNotFound, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
@@ -150,14 +150,14 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
-    if not out_dir.parent.is_dir():
-        raise FileNotFoundError(f"output directory's parent {str(out_dir.parent)!r} does not exist")
-    with directory_lock(out_dir.parent):
-        recover_interrupted_pull(out_dir)
+    if out_dir.parent.is_dir():  # a missing parent holds nothing to recover; it is created after the download
+        with directory_lock(out_dir.parent):
+            recover_interrupted_pull(out_dir)
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     label = f"{repo_id}@{revision or DEFAULT_BRANCH}"
     snapshot = _download(repo_id, revision, token, label)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # as convert creates its output directory's parents
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         with directory_lock(staging):  # held while alive: a later pull removes only staging nobody holds
@@ -387,7 +387,8 @@ def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[st
         if isinstance(cause, HfHubHTTPError):
             return f"{describe_hub_error(cause, repo_id, revision)}; {not_cached}"
         detail = f": {type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else f": {error}"
-        return f"cannot get {at} from {where}{detail}; {not_cached}"
+        hint = "" if is_offline_mode() else "; with HF_HUB_OFFLINE=1 a pull uses only the cache and fails at once"
+        return f"cannot get {at} from {where}{detail}; {not_cached}{hint}"
     if isinstance(error, HfHubHTTPError):
         status = error.response.status_code if error.response is not None else "?"
         message = error.server_message or str(error).splitlines()[0]

@@ -10,9 +10,9 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -22,6 +22,7 @@ from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, read_label_names, write_m
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
+from .shape_inference import assumed_text, assumption_notes, how_to_state
 from .verify import DEFAULT_TOLERANCE, Verification, verify_conversion
 from ..tensor_writer import TensorSpec
 
@@ -41,6 +42,13 @@ class ConversionResult:
     resampled_from: Optional[Tuple[int, int]] = None
     verification: Optional[Verification] = None
     heads_note: Optional[str] = None  # one line when the head count was assumed
+    #: architecture facts nothing recorded (heads, activation, eps) and the values built: ``{"num_heads": 6}``
+    assumed: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def assumption_notes(self) -> List[str]:
+        """What ``convert`` assumed, one line per kind (what the CLI prints)."""
+        return assumption_notes(self.heads_note, self.assumed)
 
 
 def _with_path(err: ConversionError, path: Path) -> ConversionError:
@@ -126,6 +134,7 @@ def convert(
     tolerance: float = DEFAULT_TOLERANCE,
     num_heads: Optional[int] = None,
     labels: Union[PathLike, Sequence[str], None] = None,
+    strict: bool = False,
 ) -> ConversionResult:
     """Convert a timm / torchvision / transformers / JAX ViT checkpoint into a scratch model directory.
 
@@ -143,6 +152,10 @@ def convert(
         num_heads: the attention head count, for sources that do not record it.
         labels: label names (a list, a file with one per line, or an image folder's class directories);
             default: the source's own (a model directory's ``label_names``).
+        strict: refuse (``ConversionError``, nothing written) when a fact shapes cannot tell (head count,
+            MLP activation, LayerNorm eps) would be assumed: neither the source nor ``num_heads`` gives it.
+            Without it the assumption is reported in ``ConversionResult.assumed``, and ``--verify``, whose
+            reference shares it, says it verified only under it.
 
     Raises:
         ConversionError: for any bad input, naming the file and the problem; nothing is written.
@@ -161,6 +174,9 @@ def convert(
                                    list(labels) if labels is not None else None)
         except ConversionError as err:
             raise _with_path(err, checkpoint.path) from None
+        if strict and plan.arch.assumed:
+            raise ConversionError(f"--strict: nothing records {assumed_text(plan.arch.assumed)}, which would be "
+                                  f"assumed; {how_to_state(plan.arch.assumed)}; nothing was written", checkpoint.path)
         created = prepare_out_dir(out_dir)
         with staging_directory(out_dir, created) as stage:
             try:
@@ -178,5 +194,5 @@ def convert(
         out_dir=out_dir, source_format=fmt.name, detected=detected, model_name=plan.model_name,
         model_args=plan.model_args, description=plan.arch.describe(), sha256=sha256, wrapper=checkpoint.wrapper,
         resampled_from=plan.arch.img_size if plan.resampled else None, verification=verification,
-        heads_note=plan.arch.heads_note,
+        heads_note=plan.arch.heads_note, assumed=dict(plan.arch.assumed),
     )

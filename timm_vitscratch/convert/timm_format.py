@@ -64,7 +64,8 @@ def _act_name(module: torch.nn.Module) -> Optional[str]:
 
 def architecture_facts(architecture: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """What a registered timm model name (ours or timm's) built with ``kwargs`` says that shapes cannot:
-    ``num_heads``, ``norm_eps`` and ``act_layer`` (absent for GELU). Read from the model built on ``meta``;
+    ``num_heads``, ``norm_eps`` and ``act_layer`` (None for GELU, the default: a known activation is always a
+    key, so that what is known can be told from what is assumed). Read from the model built on ``meta``;
     a name or kwargs timm cannot build here leave only what ``kwargs`` state themselves."""
     import timm
 
@@ -73,8 +74,8 @@ def architecture_facts(architecture: Any, kwargs: Dict[str, Any]) -> Dict[str, A
         facts["num_heads"] = kwargs["num_heads"]
     elif architecture in ARCHITECTURES:
         facts["num_heads"] = ARCHITECTURES[architecture]["num_heads"]
-    if isinstance(kwargs.get("act_layer"), str) and kwargs["act_layer"] not in ("", "gelu"):
-        facts["act_layer"] = kwargs["act_layer"]
+    if isinstance(kwargs.get("act_layer"), str):
+        facts["act_layer"] = None if kwargs["act_layer"] in ("", "gelu") else kwargs["act_layer"]
     if isinstance(kwargs.get("norm_eps"), float):
         facts["norm_eps"] = kwargs["norm_eps"]
     if not isinstance(architecture, str) or not timm.is_model(architecture):
@@ -88,9 +89,7 @@ def architecture_facts(architecture: Any, kwargs: Dict[str, Any]) -> Dict[str, A
         return facts
     facts.update(num_heads=heads, norm_eps=eps)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
-        name = _act_name(act)
-        if name is not None:
-            facts["act_layer"] = name
+        facts["act_layer"] = _act_name(act)
     return facts
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 PROG = "vitscratch"
 #: choices shown by --help, spelled out here so that --help imports no torch; tests/packaging/test_cli.py
@@ -168,6 +168,15 @@ def _positive_int(what: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _parsers()[0]
+
+
+def command_parsers() -> Dict[str, argparse.ArgumentParser]:
+    """Each command's parser by name (for the docs test, and anything else that lists the commands)."""
+    return _parsers()[1]
+
+
+def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog=PROG, description="From-scratch ViTs for timm.")
     parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -250,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_export.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
                           help="dtype of the written weights (default: as stored)")
     p_export.set_defaults(func=_cmd_export)
-    return parser
+    return parser, dict(commands.choices)
 
 
 def _quiet_closed_pipe() -> int:

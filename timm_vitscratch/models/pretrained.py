@@ -113,6 +113,21 @@ def timm_cfg(timm_name: str) -> Dict[str, Any]:
     }
 
 
+#: licenses torchvision's weights declare in ``meta["license"]`` (a link), as Hub license identifiers; weights
+#: that declare none are torchvision's own, under torchvision's BSD-3-Clause license
+TORCHVISION_LICENSES = {"https://github.com/facebookresearch/SWAG/blob/main/LICENSE": "cc-by-nc-4.0"}
+
+
+def torchvision_license(weights: Any) -> str:
+    """The license of torchvision weights, as their ``meta`` records it (a new, unknown link is an error)."""
+    link = weights.meta.get("license")
+    if link is None:
+        return "bsd-3-clause"
+    if link not in TORCHVISION_LICENSES:
+        raise KeyError(f"{weights} declares the license {link}, which TORCHVISION_LICENSES does not name")
+    return TORCHVISION_LICENSES[link]
+
+
 def torchvision_weights(enum_name: str, member: str) -> Any:
     import torchvision.models  # timm has imported it already; kept local so the table stays data
 
@@ -130,8 +145,7 @@ def torchvision_cfg(enum_name: str, member: str) -> Dict[str, Any]:
         "url": weights.url, "num_classes": len(weights.meta["categories"]),
         "input_size": (3, crop, crop), "crop_pct": round(crop / resize, 4), "crop_mode": "center",
         "interpolation": transform.interpolation.value, "mean": tuple(transform.mean), "std": tuple(transform.std),
-        # SWAG weights are CC-BY-NC 4.0 (meta["license"] links it); torchvision's own are BSD-3-Clause
-        "license": "cc-by-nc-4.0" if swag else "bsd-3-clause",
+        "license": torchvision_license(weights),
         "origin_url": weights.meta.get("recipe"),
         **_paper(_SWAG_PAPER if swag else _VIT_PAPER),
         "description": f"torchvision.models.{enum_name}.{member}",
@@ -144,6 +158,7 @@ def transformers_cfg(repo_id: str) -> Dict[str, Any]:
     return {
         "hf_hub_id": repo_id, "num_classes": 0, "input_size": (3, 224, 224), "crop_pct": 1.0,
         "crop_mode": "center", "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
+        # the license each of these repos' model cards declares on the Hub
         "license": "apache-2.0", "origin_url": f"https://huggingface.co/{repo_id}", **_paper(_VIT_PAPER),
         "description": f"Google's ImageNet-21k ViT, transformers format ({repo_id}); pooler kept, head zeroed "
                        "by Google and not published",
@@ -226,9 +241,13 @@ def weights_source(cfg: Mapping[str, Any]) -> Optional[WeightsSource]:
 
 
 def _root_cause(error: BaseException) -> BaseException:
-    """The innermost error behind ``error`` (a refused connection behind huggingface_hub's wrapper)."""
+    """The error that says why: the Hub's own answer, else the innermost cause (the refused connection
+    behind huggingface_hub's "cannot find the requested files" or urllib's URLError)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
     seen = {id(error)}
-    while (error.__cause__ or error.__context__) is not None and id(error.__cause__ or error.__context__) not in seen:
+    while not isinstance(error, HfHubHTTPError) and (error.__cause__ or error.__context__) is not None \
+            and id(error.__cause__ or error.__context__) not in seen:
         error = error.__cause__ or error.__context__
         seen.add(id(error))
     return error

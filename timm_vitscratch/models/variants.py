@@ -58,12 +58,15 @@ def unknown_model_message(name: str) -> str:
 
 
 def _vit_cfg(**kwargs: Any) -> Dict[str, Any]:
-    """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9)."""
+    """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9).
+
+    No license: a cfg without weights has none; each tag records its source's own (pretrained.py).
+    """
     return {
         "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": None,
         "crop_pct": 0.9, "interpolation": "bicubic", "fixed_input_size": True,
         "mean": IMAGENET_INCEPTION_MEAN, "std": IMAGENET_INCEPTION_STD,
-        "first_conv": "patch_embed.proj", "classifier": "head", "license": "apache-2.0",
+        "first_conv": "patch_embed.proj", "classifier": "head",
         **kwargs,
     }
 

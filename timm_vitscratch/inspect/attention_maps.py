@@ -147,7 +147,7 @@ def render_attention_png(
         axes.axis("off")
     figure.suptitle(title, fontsize=9)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    figure.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})  # no version: same bytes anywhere
     return buffer.getvalue()
 
 

@@ -1,13 +1,16 @@
 """Side-by-side benchmark: our ViT, timm's and torchvision's, in one process, interleaved.
 
     python benchmarks/run.py                     # everything, ViT-B/16, CPU, all cores
-    python benchmarks/run.py --quick             # a few minutes: fewer rounds and batch sizes
+    python benchmarks/run.py --quick             # a smoke run: ViT-Ti/16, fewer rounds and batch sizes
     python benchmarks/run.py --measure infer train --variants ti16 b16 --batch-sizes 1 16 --repeats 9
     python benchmarks/run.py --device cuda       # on a GPU (adds peak CUDA memory)
+    python benchmarks/run.py --out benchmarks/results --name cpu --replace   # refresh the committed results
 
 Writes ``<out>/<name>.json`` (every sample), ``<name>.md`` (the tables) and ``<name>.png``
-(throughput against batch size). Ratios are ours/peer, taken per round and summarised by
-their median; see ``--help`` for every option.
+(throughput against batch size): by default a new file, ``benchmarks/results/local/<device>-<time>``
+(git-ignored). An existing results file is replaced only with ``--replace`` (or extended with
+``--append``), so the committed results change only when asked. Ratios are ours/peer, taken per
+round and summarised by their median; see ``--help`` for every option.
 """
 from __future__ import annotations
 
@@ -35,6 +38,13 @@ from timing import (  # noqa: E402
 
 MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained", "compile")
 HERE = Path(__file__).resolve().parent
+#: where runs go unless --out says otherwise (git-ignored: a run never changes the committed results)
+LOCAL_RESULTS = HERE / "results" / "local"
+#: --quick: what it changes, unless the option is given (ViT-Ti/16 and a smaller matmul keep it to a minute or two)
+QUICK = dict(variants=["ti16"], pretrained_variants=["ti16"], repeats=3, create_repeats=3, batch_sizes=[1, 8],
+             train_batch_sizes=[8], min_time=0.2, matmul_size=2048)
+#: what --quick leaves out of "all": compiling takes minutes, and bf16 autocast is emulated (slow) on most CPUs
+QUICK_SKIPS = ("compile", "infer_bf16")
 
 
 def _usable_cores() -> int:
@@ -46,7 +56,8 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--measure", nargs="+", choices=MEASUREMENTS + ("all",), default=["all"],
-                        help="which measurements to run ('all' = every one; with --quick, all but compile)")
+                        help="which measurements to run ('all' = every one; with --quick, all but compile and "
+                             "infer_bf16)")
     parser.add_argument("--variants", nargs="+", default=["b16"], choices=sorted(VARIANTS),
                         help="architectures for throughput, memory, create and compile")
     parser.add_argument("--contestants", nargs="+", default=["ours", "ours-pooled", "timm", "torchvision"],
@@ -71,13 +82,17 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="what throughput samples read: wall-clock time, or (CPU, --threads 1) the CPU time "
                              "the process used, which other processes on a shared machine do not add to")
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="directory for the results")
-    parser.add_argument("--name", default=None, help="file name stem of the results (default: the device type)")
+    parser.add_argument("--out", type=Path, default=LOCAL_RESULTS,
+                        help="directory for the results (the committed ones are in benchmarks/results)")
+    parser.add_argument("--name", default=None,
+                        help="file name stem of the results (default: the device type and the start time)")
+    parser.add_argument("--replace", action="store_true",
+                        help="overwrite an existing <out>/<name>.* (without it, an existing results file is refused)")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the pretrained weight files are written (default: a temporary directory)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 3 rounds, batches 1 and 8, training batch 8, ViT-L only for pretrained, "
-                             "no compile unless asked for")
+                        help="smoke run: ViT-Ti/16, 3 rounds, batches 1 and 8, training batch 8, a 2048 matmul, "
+                             "no compile or bf16 unless asked for (each given option still applies)")
     parser.add_argument("--append", action="store_true",
                         help="add this run's records to an existing <out>/<name>.json (several bounded runs, "
                              "e.g. one per variant with its own batch sizes, make one report)")
@@ -86,16 +101,11 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         given = set(argv if argv is not None else sys.argv[1:])
-        defaults = dict(repeats=3, create_repeats=3, batch_sizes=[1, 8], train_batch_sizes=[8],
-                        pretrained_variants=["l16"], min_time=0.2)
-        flags = {"repeats": "--repeats", "create_repeats": "--create-repeats", "batch_sizes": "--batch-sizes",
-                 "train_batch_sizes": "--train-batch-sizes", "pretrained_variants": "--pretrained-variants",
-                 "min_time": "--min-time"}
-        for key, value in defaults.items():
-            if flags[key] not in given:
+        for key, value in QUICK.items():
+            if "--" + key.replace("_", "-") not in given:
                 setattr(args, key, value)
     if "all" in args.measure:
-        args.measure = [m for m in MEASUREMENTS if not (args.quick and m == "compile")]
+        args.measure = [m for m in MEASUREMENTS if not (args.quick and m in QUICK_SKIPS)]
     args.memory_batch = args.memory_batch or args.train_batch_sizes[0]
     args.device = torch.device(args.device)
     if args.device.type == "cuda" and not torch.cuda.is_available():
@@ -104,6 +114,12 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
         parser.error("--clock cpu times CPU work on one thread: use it with --device cpu --threads 1")
     for variant in args.variants + args.pretrained_variants:
         check_variant(variant)
+    if args.name is None:
+        args.name = f"{args.device.type}{'-quick' if args.quick else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
+    existing = [p for p in (args.out / f"{args.name}{suffix}" for suffix in (".json", ".md", ".png")) if p.exists()]
+    if existing and not (args.replace or args.append or args.render):
+        parser.error(f"{existing[0]} exists: pass --replace to overwrite it, --append to add this run to it, "
+                     f"or another --name / --out")
     return args
 
 
@@ -332,7 +348,7 @@ def main(argv: List[str] | None = None) -> int:
         if args.work_dir is None:
             shutil.rmtree(work_dir, ignore_errors=True)
     machine["load_average_end"] = result_records.load_average()
-    name = args.name or args.device.type
+    name = args.name
     settings = vars(args)
     if args.append and (args.out / f"{name}.json").exists():
         machine, settings, records = result_records.appended(args.out / f"{name}.json", machine, settings, records)

@@ -15,6 +15,8 @@ from typing import Dict, Set
 
 PACKAGE = "timm_vitscratch"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+#: the console script, a top-level module beside the package (so that --help imports no torch)
+CONSOLE_SCRIPT = ROOT.parent / "timm_vitscratch_cli.py"
 
 
 def module_name(path: Path) -> str:
@@ -50,11 +52,16 @@ def imported_modules(path: Path, known: Set[str]) -> Set[str]:
 def layer(module: str) -> str:
     """The subpackage a module belongs to (``models``, ``convert``, ...) or its own name at the top."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else PACKAGE
+    return parts[1] if len(parts) > 1 else module
+
+
+def short(module: str) -> str:
+    """A module's name inside the package (the package's own and outside modules keep their full name)."""
+    return module[len(PACKAGE) + 1:] if module.startswith(PACKAGE + ".") else module
 
 
 def graph() -> Dict[str, Set[str]]:
-    paths = sorted(ROOT.rglob("*.py"))
+    paths = sorted(ROOT.rglob("*.py")) + [CONSOLE_SCRIPT]
     known = {module_name(p) for p in paths}
     return {module_name(p): imported_modules(p, known) for p in paths}
 
@@ -70,11 +77,10 @@ def main() -> None:
         print(f"  {name:<{width}}  <- {', '.join(sorted(layers[name])) or '(nothing)'}")
     print()
     print("Modules: what each imports from the package")
-    width = max(len(name) for name in edges) - len(PACKAGE) - 1
+    width = max(len(short(name)) for name in edges)
     for module in sorted(edges):
-        short = module[len(PACKAGE) + 1:] or PACKAGE
-        targets = sorted(t[len(PACKAGE) + 1:] or PACKAGE for t in edges[module])
-        print(f"  {short:<{width}}  <- {', '.join(targets) or '(nothing)'}")
+        targets = sorted(short(t) for t in edges[module])
+        print(f"  {short(module):<{width}}  <- {', '.join(targets) or '(nothing)'}")
 
 
 if __name__ == "__main__":

@@ -37,3 +37,11 @@ class ModelDirectoryError(ValueError):
     Raised by ``hub.model_dir.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
     the message starts with the directory (or ``repo@revision``) and says what is wrong.
     """
+
+
+class PretrainedWeightsUnavailable(OSError):
+    """A pretrained tag's weights could not be fetched (no network, ``HF_HUB_OFFLINE=1``, an unreachable URL).
+
+    The message names the tag, the Hub repo or URL the weights come from, the cache path where they
+    would be found, and how to provide them offline. The download's own error is the ``__cause__``.
+    """

@@ -11,7 +11,7 @@ from timm_vitscratch.hub.variant_configs import main as configs_main, out_of_syn
 from timm_vitscratch.models.variants import ARCHITECTURES
 
 HUB_CONFIGS = Path(__file__).resolve().parents[2] / "hub_configs"
-PRETRAINED_KEYS = {"input_size", "interpolation", "crop_pct", "mean", "std", "first_conv", "classifier", "license"}
+PRETRAINED_KEYS = {"input_size", "interpolation", "crop_pct", "mean", "std", "first_conv", "classifier"}
 
 
 def test_committed_configs_equal_a_fresh_generation(tmp_path):
@@ -28,6 +28,8 @@ def test_every_config_is_read_by_timm_and_builds_its_variant(tmp_path):
         config = json.loads((HUB_CONFIGS / f"{name}.json").read_text())
         assert {"architecture", "num_classes", "num_features", "global_pool", "pretrained_cfg"} <= set(config)
         assert PRETRAINED_KEYS <= set(config["pretrained_cfg"])
+        # a license only where weights are named (a tag records its source's); none for a cfg without weights
+        assert ("license" in config["pretrained_cfg"]) == ("tag" in config["pretrained_cfg"]), name
         shutil.copy(HUB_CONFIGS / f"{name}.json", tmp_path / "config.json")
         pretrained_cfg, model_name, model_args = load_model_config_from_path(tmp_path)  # timm's own reader
         assert model_name == name and pretrained_cfg["num_classes"] == config["num_classes"]

@@ -1,4 +1,5 @@
 """The benchmark entry point runs end to end and writes its JSON, Markdown and plot (no timing checks)."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -49,6 +50,22 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     assert [r["kind"] for r in merged["records"]] == [k for k, _ in kinds] + ["create"]
     assert len(merged["machine"]["runs"]) == 2 and len(merged["settings"]["runs"]) == 2
     assert (tmp_path / "smoke.md").read_text().count("- run ") == 2
+    # an existing results file is never overwritten unless asked: the run stops before measuring anything
+    before = (tmp_path / "smoke.json").read_bytes()
+    done = subprocess.run([a for a in again if a != "--append"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "smoke.json exists: pass --replace to overwrite it" in done.stderr
+    assert (tmp_path / "smoke.json").read_bytes() == before
+
+
+def test_a_run_writes_a_new_file_by_default_and_quick_is_small():
+    spec = importlib.util.spec_from_file_location("benchmarks_run", ROOT / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)  # the script puts benchmarks/ on sys.path for its own helpers
+    args = run.parse_args(["--quick"])
+    assert args.out == ROOT / "benchmarks" / "results" / "local" and args.name.startswith("cpu-quick-")
+    assert args.variants == ["ti16"] and args.pretrained_variants == ["ti16"] and args.matmul_size == 2048
+    assert "compile" not in args.measure and "infer_bf16" not in args.measure
+    assert run.parse_args(["--quick", "--variants", "b16", "--measure", "all"]).variants == ["b16"]  # given wins
 
 
 def test_cpu_clock_needs_one_thread():

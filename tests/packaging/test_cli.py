@@ -25,3 +25,62 @@ def test_unknown_model_suggests_close_names():
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert "unknown model 'scratch_vit_b61'" in result.stderr and "scratch_vit_b16" in result.stderr
+
+
+def test_help_and_version_import_neither_torch_nor_timm_nor_the_package():
+    """Parsing needs the standard library only: each command imports the library when it runs."""
+    code = (
+        "import sys, timm_vitscratch_cli as cli\n"
+        "for argv in [['--help'], ['--version']] + [[c, '--help'] for c in cli.command_parsers()]:\n"
+        "    try:\n"
+        "        cli.main(argv)\n"
+        "    except SystemExit as done:\n"
+        "        assert done.code == 0, (argv, done.code)\n"
+        "print(sorted(m for m in ('torch', 'timm', 'timm_vitscratch', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert "usage: vitscratch convert" in done.stdout and "--strict" in done.stdout
+
+
+def test_version_is_the_packages():
+    import timm_vitscratch
+
+    done = subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"vitscratch {timm_vitscratch.__version__}"
+
+
+def test_choices_shown_by_help_are_the_librarys():
+    import timm_vitscratch_cli as cli
+    from timm_vitscratch.convert import DTYPE_NAMES, EXPORT_TARGETS, SOURCE_NAMES
+
+    assert cli.SOURCE_CHOICES == ("auto",) + SOURCE_NAMES
+    assert cli.DTYPE_CHOICES == DTYPE_NAMES and cli.EXPORT_CHOICES == EXPORT_TARGETS
+
+
+def test_a_closed_pipe_ends_quietly_with_status_0():
+    """`vitscratch list | head -1`: the reader has gone before the table is written."""
+    command = f"set -o pipefail; {sys.executable} -m timm_vitscratch.cli list --no-reference | true"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+    command = f"set -o pipefail; {sys.executable} -m timm_vitscratch.cli list --no-reference | head -1"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith("model ")
+
+
+def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
+    from tests.support import tiny
+    from timm_vitscratch.hub.model_dir import save_model_directory
+
+    assert main(["summary", "scratch_vit_b16.tv_swag_e2e_in1k"]) == 0  # the tag's 384x384 input
+    assert capsys.readouterr().out.startswith("scratch_vit_b16.tv_swag_e2e_in1k: image 384x384, patch 16 -> 576 patches")
+    model = tiny(num_classes=3)
+    directory = save_model_directory(model, tmp_path / "tiny")
+    true_count = sum(p.numel() for p in model.parameters())
+    for ref in (str(directory), f"local-dir:{directory}"):
+        assert main(["summary", ref]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"{ref}: image 32x32, patch 8 -> 16 patches") and f"{true_count:,}" in out
+    assert main(["summary", "scratch_vit_b16.no_such_tag"]) == 2
+    assert "scratch_vit_b16 has no pretrained tag 'no_such_tag'" in capsys.readouterr().err

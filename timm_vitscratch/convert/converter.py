@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -22,6 +22,7 @@ from ..models.variants import ARCHITECTURES
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
+from .shape_inference import assumed_text, assumption_notes, how_to_state
 from .verify import DEFAULT_TOLERANCE, Verification, verify_conversion
 from ..tensor_writer import TensorSpec
 
@@ -39,6 +40,13 @@ class ConversionResult:
     resampled_from: Optional[Tuple[int, int]] = None
     verification: Optional[Verification] = None
     heads_note: Optional[str] = None  # one line when the head count was assumed
+    #: architecture facts nothing recorded (heads, activation, eps) and the values built: ``{"num_heads": 6}``
+    assumed: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def assumption_notes(self) -> List[str]:
+        """What ``convert`` assumed, one line per kind (what the CLI prints)."""
+        return assumption_notes(self.heads_note, self.assumed)
 
 
 def _with_path(err: ConversionError, path: Path) -> ConversionError:
@@ -164,6 +172,7 @@ def convert(
     num_heads: Optional[int] = None,
     labels: Union[PathLike, Sequence[str], None] = None,
     force: bool = False,
+    strict: bool = False,
 ) -> ConversionResult:
     """Convert a timm / torchvision / transformers / JAX ViT checkpoint into a scratch model directory.
 
@@ -184,6 +193,10 @@ def convert(
         force: write into a non-empty ``out_dir`` that is not a model directory (its ``config.json`` and
             ``model.safetensors`` are replaced; its other files are kept). A model directory is replaced
             without it.
+        strict: refuse (``ConversionError``, nothing written) when a fact shapes cannot tell (head count,
+            MLP activation, LayerNorm eps) would be assumed: neither the source nor ``num_heads`` gives it.
+            Without it the assumption is reported in ``ConversionResult.assumed``, and ``--verify``, whose
+            reference shares it, says it verified only under it.
 
     The new directory is staged beside ``out_dir`` and swapped in whole in one atomic step; files of
     the old ``out_dir`` other than these two are kept. ``out_dir`` may be neither ``src`` nor hold it.
@@ -207,6 +220,9 @@ def convert(
                                    list(labels) if labels is not None else None)
         except ConversionError as err:
             raise _with_path(err, checkpoint.path) from None
+        if strict and plan.arch.assumed:
+            raise ConversionError(f"--strict: nothing records {assumed_text(plan.arch.assumed)}, which would be "
+                                  f"assumed; {how_to_state(plan.arch.assumed)}; nothing was written", checkpoint.path)
         started, created = prepare_out_dir(out_dir, force)
         try:
             sha256, verification = _write_and_install(checkpoint, plan, out_dir, started, out_dtype,
@@ -218,5 +234,5 @@ def convert(
         out_dir=requested, source_format=fmt.name, detected=detected, model_name=plan.model_name,
         model_args=plan.model_args, description=plan.arch.describe(), sha256=sha256, wrapper=checkpoint.wrapper,
         resampled_from=plan.arch.img_size if plan.resampled else None, verification=verification,
-        heads_note=plan.arch.heads_note,
+        heads_note=plan.arch.heads_note, assumed=dict(plan.arch.assumed),
     )

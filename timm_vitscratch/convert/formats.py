@@ -13,6 +13,8 @@ from .keymap import KeyMap, block_indices
 from ..models.architecture import Arch
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
+#: what shapes cannot tell about an architecture: a config records them, the format fixes them, or they are assumed
+ARCH_FACTS = ("num_heads", "act_layer", "norm_eps")
 
 
 class Reference:
@@ -98,6 +100,11 @@ class SourceFormat:
     def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
         """Architecture facts shapes cannot give (heads, norm eps, image size), from side configs."""
         return {}
+
+    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+        """Which :data:`ARCH_FACTS` the checkpoint, its side config or the layout itself fixes; the rest are
+        assumed (and ``--verify`` cannot confirm them: its reference is built under the same assumption)."""
+        return {fact for fact in ARCH_FACTS if fact in hints}
 
     def options(self, shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Any]:
         """timm constructor options (``reg_tokens``, ``init_values``, ...) read from our-layout shapes."""

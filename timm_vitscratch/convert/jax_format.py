@@ -89,6 +89,11 @@ class JaxFormat(SourceFormat):
             return {"num_heads": checkpoint.shape(query)[1]}
         return {}
 
+    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+        # Google's ViT code has one activation (GELU) and one LayerNorm eps (1e-6); the query kernel's
+        # (dim, heads, head_dim) shape gives the head count
+        return super().recorded_facts(checkpoint, hints) | {"act_layer", "norm_eps"}
+
     def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         """timm's VisionTransformer filled by timm's own npz loader (``load_pretrained``)."""
         from timm.models.vision_transformer import VisionTransformer

@@ -109,7 +109,8 @@ def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> Tuple[Arch, KeyMap, 
     shapes = {target: tuple(meta_output(rule, checkpoint, target).shape)
               for target, rule in rules.items() if available(rule, keys)}
     sources = {target: rule.sources for target, rule in rules.items()}
-    arch = infer_arch(shapes, depth, checked_hints(fmt.hints(checkpoint, keys)), sources, fmt.options(shapes))
+    hints = checked_hints(fmt.hints(checkpoint, keys))
+    arch = infer_arch(shapes, depth, hints, sources, fmt.options(shapes), fmt.recorded_facts(checkpoint, hints))
     return arch, rules, ignored
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import ConversionError
 from ..models.architecture import DEFAULT_NORM_EPS, Arch, Shape
@@ -33,9 +33,13 @@ def _no_variant(problem: str) -> ConversionError:
 
 def infer_arch(
     shapes: Mapping[str, Shape], depth: int, hints: Mapping[str, Any], sources: Mapping[str, Tuple[str, ...]],
-    options: Optional[Mapping[str, Any]] = None,
+    options: Optional[Mapping[str, Any]] = None, recorded: Optional[AbstractSet[str]] = None,
 ) -> Arch:
-    """Architecture from our-layout shapes (``sources`` names the source keys for error messages)."""
+    """Architecture from our-layout shapes (``sources`` names the source keys for error messages).
+
+    ``recorded``: which of the activation and eps the source fixes (default: those ``hints`` give); the
+    others are built at timm's defaults and listed in ``Arch.assumed``.
+    """
     if depth < 1:
         raise ConversionError("no transformer blocks found")
     options = dict(options or {})
@@ -84,6 +88,10 @@ def infer_arch(
                                   f"but its weights have {getattr(arch, fact)}: the config is not this model's")
     if int(embed_dim * arch.mlp_ratio) != arch.mlp_hidden:
         raise _no_variant(f"MLP width {arch.mlp_hidden} is not a ratio of embed_dim {embed_dim} the model rebuilds")
+    recorded = set(hints) if recorded is None else recorded
+    for fact, value in (("act_layer", options.get("act_layer") or "gelu"), ("norm_eps", arch.norm_eps)):
+        if fact not in recorded:
+            arch.assumed[fact] = value
     return arch
 
 
@@ -164,6 +172,7 @@ def settle_heads(arch: Arch, name: str, requested: Optional[int] = None) -> None
         if requested < 1 or arch.embed_dim % requested:
             raise ConversionError(f"--num-heads {requested} does not divide embed_dim {arch.embed_dim}")
         arch.num_heads, arch.heads_note = requested, None
+        arch.assumed.pop("num_heads", None)
         return
     if arch.num_heads:
         return
@@ -176,6 +185,32 @@ def settle_heads(arch: Arch, name: str, requested: Optional[int] = None) -> None
         arch.num_heads = max(1, arch.embed_dim // HEAD_DIM) if arch.embed_dim % HEAD_DIM == 0 else 1
         arch.heads_note = (f"heads: {arch.num_heads}, assumed ({HEAD_DIM}-wide heads; the checkpoint does not say); "
                            f"pass --num-heads N if it used another count")
+    arch.assumed = {"num_heads": arch.num_heads, **arch.assumed}
+
+
+def assumed_text(assumed: Mapping[str, Any]) -> str:
+    """``heads=6, act_layer=gelu, norm_eps=1e-06``: assumed facts as the messages show them."""
+    shown = {"num_heads": "heads"}
+    return ", ".join(f"{shown.get(fact, fact)}={value:g}" if isinstance(value, float) else
+                     f"{shown.get(fact, fact)}={value}" for fact, value in assumed.items())
+
+
+def how_to_state(assumed: Mapping[str, Any]) -> str:
+    """How a user gives the facts in ``assumed`` instead."""
+    ways = ["pass --num-heads"] if "num_heads" in assumed else []
+    ways.append("convert a directory holding the weights and the source's config.json (or a train.py checkpoint "
+                "with its args)")
+    return " or ".join(ways)
+
+
+def assumption_notes(heads_note: Optional[str], assumed: Mapping[str, Any]) -> List[str]:
+    """One line per kind of assumption ``convert`` made (empty when the source recorded every fact)."""
+    notes = [heads_note] if heads_note else []
+    rest = {fact: value for fact, value in assumed.items() if fact != "num_heads"}
+    if rest:
+        notes.append(f"{assumed_text(rest)}: assumed, timm's defaults (no config says); if the model used others, "
+                     f"convert the directory holding the weights and the source's config.json")
+    return notes
 
 
 def model_args(arch: Arch, name: str, img_size: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:

@@ -65,11 +65,11 @@ def _act_name(module: torch.nn.Module) -> Optional[str]:
 
 def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, Any]:
     """What a registered timm model name (ours or timm's) built with ``kwargs`` says: ``num_heads``,
-    ``norm_eps`` and ``act_layer`` (absent for GELU), which shapes cannot tell, and ``depth`` /
-    ``embed_dim``, which the weights must agree with. ``kwargs`` come from a file (``where``): they pass
-    the allow-list and bounds of :mod:`timm_vitscratch.models.model_args` before anything is built.
-    Read from the model built on ``meta``; a name or kwargs timm cannot build here leave only what
-    ``kwargs`` state themselves."""
+    ``norm_eps`` and ``act_layer`` (None for GELU, the default: a known activation is always a key, so that
+    what is known can be told from what is assumed), which shapes cannot tell, and ``depth`` / ``embed_dim``,
+    which the weights must agree with. ``kwargs`` come from a file (``where``): they pass the allow-list and
+    bounds of :mod:`timm_vitscratch.models.model_args` before anything is built. Read from the model built
+    on ``meta``; a name or kwargs timm cannot build here leave only what ``kwargs`` state themselves."""
     import timm
 
     try:
@@ -86,8 +86,8 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, 
         facts["num_heads"] = kwargs["num_heads"]
     elif architecture in ARCHITECTURES:
         facts["num_heads"] = ARCHITECTURES[architecture]["num_heads"]
-    if isinstance(kwargs.get("act_layer"), str) and kwargs["act_layer"] not in ("", "gelu"):
-        facts["act_layer"] = kwargs["act_layer"]
+    if isinstance(kwargs.get("act_layer"), str):
+        facts["act_layer"] = None if kwargs["act_layer"] in ("", "gelu") else kwargs["act_layer"]
     if isinstance(kwargs.get("norm_eps"), float):
         facts["norm_eps"] = kwargs["norm_eps"]
     if not isinstance(architecture, str) or not timm.is_model(architecture):
@@ -102,9 +102,7 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, 
         return facts
     facts.update(num_heads=heads, norm_eps=eps, depth=depth, embed_dim=width)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
-        name = _act_name(act)
-        if name is not None:
-            facts["act_layer"] = name
+        facts["act_layer"] = _act_name(act)
     return facts
 
 

@@ -53,6 +53,11 @@ class TorchvisionFormat(SourceFormat):
         weight_and_bias(rules, "head", "heads.head")
         return rules
 
+    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+        # torchvision's ViT has one activation (GELU, in MLPBlock), and every vit_* builder its default eps 1e-6;
+        # the head count is in no torchvision state dict (in_proj_weight fuses the heads)
+        return super().recorded_facts(checkpoint, hints) | {"act_layer", "norm_eps"}
+
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
         # torchvision's ViT weights: resize 256 (bilinear), centre crop 224, ImageNet mean/std
         return dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, interpolation="bilinear",

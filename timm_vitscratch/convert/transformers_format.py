@@ -119,6 +119,13 @@ class TransformersFormat(SourceFormat):
             hints["img_size"] = (hints["img_size"], hints["img_size"])
         return hints
 
+    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+        # with a config.json, activation and eps are its own (or ViTConfig's defaults, which transformers builds);
+        # without one, even the eps hint is only transformers' default, assumed
+        if "model_type" not in checkpoint.side_config:
+            return {"num_heads"} & set(hints)
+        return {"act_layer", "norm_eps"} | ({"num_heads"} & set(hints))
+
     def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
         processor = checkpoint.preprocess_config
         cfg: Dict[str, Any] = {}

@@ -2,13 +2,15 @@
 
 Both the pre-logit features (what the classifier reads) and the logits are compared. Logits that
 do not depend on the input (a zero-initialised head, say) cannot tell right weights from wrong ones,
-so a model whose logits are constant over the batch is never called verified.
+so a model whose logits are constant over the batch is never called verified. Nor is a fact nothing
+recorded (head count, activation, eps): the reference is built under the same assumption, so a match
+confirms the weights only under it, and :meth:`Verification.summary` says so instead of "ok".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import timm
 import torch
@@ -17,6 +19,7 @@ from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .formats import ReferenceSpec
 from .plan import ConversionPlan
+from .shape_inference import assumed_text, how_to_state
 
 DEFAULT_TOLERANCE = 1e-4
 BATCH_SEED = 0
@@ -31,10 +34,31 @@ class Verification:
     reference: str  # which library built the source model
     uninformative_logits: bool = False  # the logits are the same for every input
     nonfinite: Tuple[str, ...] = ()  # which outputs hold NaN or Inf ("our logits", "the source's features" ...)
+    #: facts both models were built under because nothing recorded them (``{"num_heads": 6}``)
+    assumed: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
+        """The two models agree (within the tolerance, on finite logits that depend on the input)."""
         return not self.nonfinite and self.max_abs_diff <= self.tolerance and not self.uninformative_logits
+
+    @property
+    def confirmed(self) -> bool:
+        """Passed, and nothing was assumed: the converted model is the source model."""
+        return self.passed and not self.assumed
+
+    def summary(self) -> str:
+        """One line: what was compared, and what it shows (``ok`` only when nothing was assumed)."""
+        logits = "" if self.logits_diff is None else f", logits {self.logits_diff:.3g}"
+        compared = (f"max-abs-diff features {self.features_diff:.3g}{logits} against {self.reference} on a fixed "
+                    f"random batch (tolerance {self.tolerance:g})")
+        if not self.passed:
+            return f"{compared}: failed, {self.failure()}"
+        if self.assumed:
+            plural = "s" if len(self.assumed) > 1 else ""
+            return (f"{compared}: verified under the assumption{plural} {assumed_text(self.assumed)}, which the "
+                    f"reference shares; {how_to_state(self.assumed)} to verify {'them' if plural else 'it'}")
+        return f"{compared}: ok"
 
     def failure(self) -> str:
         """Why verification failed, in one sentence."""
@@ -79,7 +103,6 @@ def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: P
         raise ConversionError(f"--verify builds the source model with {plan.fmt.library}, which is not installed "
                               f"({err}); install it or convert without --verify") from None
     x = fixed_batch(plan.arch.in_chans, plan.img_size)
-    nonfinite: List[str] = []
     with torch.no_grad():
         outputs = {"our features": ours.forward_head(ours.forward_features(x), pre_logits=True),
                    "the source's features": reference.features(x)}
@@ -94,4 +117,4 @@ def verify_conversion(checkpoint: Checkpoint, plan: ConversionPlan, model_dir: P
         uninformative = not nonfinite and constant_over_batch(outputs["our logits"].float())
     worst = max(features, logits_diff if logits_diff is not None else 0.0)
     return Verification(worst, features, logits_diff, tolerance, reference.description, uninformative,
-                        tuple(nonfinite))
+                        tuple(nonfinite), dict(plan.arch.assumed))

@@ -24,7 +24,8 @@ from typing import IO, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import timm
 from huggingface_hub import (
-    CachedRevisionInfo, CommitOperationAdd, HfApi, HFCacheInfo, hf_hub_download, scan_cache_dir, snapshot_download,
+    CachedRevisionInfo, CommitOperationAdd, HfApi, HFCacheInfo, hf_hub_download, is_offline_mode, scan_cache_dir,
+    snapshot_download,
 )
 from huggingface_hub.errors import (
     CacheNotFound, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
@@ -56,7 +57,7 @@ _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 # --- push ------------------------------------------------------------------------------------------
 def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private: bool = False,
          commit_message: Optional[str] = None, token: Optional[str] = None,
-         labels: Union[PathLike, Sequence[str], None] = None, replace_card: bool = False) -> Any:
+         labels: Union[PathLike, Sequence[str], None] = None, replace_card: bool = False, strict: bool = False) -> Any:
     """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
 
     The commit holds ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model card
@@ -66,8 +67,9 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
     which is kept (``replace_card=True`` replaces it with the generated card). ``revision`` is a branch,
     created from ``main`` if missing; ``private`` applies when the repo is created. ``labels`` (a list, a file
     with one name per line, or an image folder's class directories) become the pushed ``config.json``'s
-    ``label_names``, one per class; the source directory is left as it is. Returns ``huggingface_hub``'s
-    ``CommitInfo`` (``.oid`` is the commit id).
+    ``label_names``, one per class; the source directory is left as it is. Weights holding NaN or Inf are
+    pushed with a warning, or refused with ``strict=True``. Returns ``huggingface_hub``'s ``CommitInfo``
+    (``.oid`` is the commit id).
     """
     if revision is not None and _COMMIT_ID.match(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
@@ -78,7 +80,7 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
             raise ModelDirectoryError(f"--labels: {err}") from None
     with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
         staging = Path(tmp)
-        config, model, weights, card = _stage(source, staging, labels)
+        config, model, weights, card = _stage(source, staging, labels, strict)
         api = HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, DEFAULT_BRANCH):
@@ -99,8 +101,8 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
     return info
 
 
-def _stage(source: PathLike, staging: Path,
-           labels: Optional[Sequence[str]]) -> Tuple[Dict[str, Any], nn.Module, Path, Optional[bytes]]:
+def _stage(source: PathLike, staging: Path, labels: Optional[Sequence[str]],
+           strict: bool = False) -> Tuple[Dict[str, Any], nn.Module, Path, Optional[bytes]]:
     """What to push: the config (written into ``staging``), the model on meta, the weights file (the
     directory's, checked to be a regular file in it, or one in ``staging``) and the directory's README
     (None: none there)."""
@@ -108,7 +110,7 @@ def _stage(source: PathLike, staging: Path,
     if path.is_dir():
         for name in REPO_FILES:  # by name, before anything is read
             _refuse_unless_regular(path, name)
-        config, model = check_model_directory(path, require_sha256=False)
+        config, model = check_model_directory(path, require_sha256=False, strict=strict)
         if labels is not None:
             config = with_label_names(config, _checked_labels(labels, model, str(path)))
         config.setdefault(METADATA_KEY, {}).setdefault("sha256", sha256_file(path / WEIGHTS_NAME))
@@ -181,14 +183,15 @@ def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> Optional[str]:
 
 # --- pull ------------------------------------------------------------------------------------------
 def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token: Optional[str] = None,
-         force: bool = False) -> Path:
+         force: bool = False, strict: bool = False) -> Path:
     """Download ``repo_id`` at ``revision`` (branch or commit id) and install it into ``out_dir``.
 
     Files come through the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), are
     copied into a staging directory beside ``out_dir``, checked (registered architecture, tensors
     fit the config, sha256 equals ``config.json``'s ``vitscratch.sha256``) and swapped into place in one
     atomic step (``install``): on any failure, or a kill, ``out_dir`` is left as it was. A non-empty
-    ``out_dir`` is replaced only with ``force``. Returns ``out_dir`` resolved (an absolute path).
+    ``out_dir`` is replaced only with ``force``. Weights holding NaN or Inf are installed with a warning, or
+    refused with ``strict=True``. Returns ``out_dir`` resolved (an absolute path).
 
     Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
     if they are damaged again the pull fails and the damaged copy is removed from the cache.
@@ -199,19 +202,21 @@ def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token:
     out_dir = Path(out_dir).resolve()  # "." has no name to stage beside, and no parent to stage in
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
-    if not out_dir.parent.is_dir():
-        raise FileNotFoundError(f"output directory's parent {str(out_dir.parent)!r} does not exist")
-    started = starting_point(out_dir)
+    # a missing parent holds nothing to recover: it is created after the download, as convert creates its own
+    started = starting_point(out_dir) if out_dir.parent.is_dir() else None
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     label = f"{repo_id}@{revision or DEFAULT_BRANCH}"
     snapshot = _download(repo_id, revision, token, label)
+    if started is None:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        started = starting_point(out_dir)
     with staged_directory(out_dir) as staging:
         for name in REPO_FILES:
             if (snapshot / name).is_file():
                 with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-        check_model_directory(staging, require_sha256=True, label=label)
+        check_model_directory(staging, require_sha256=True, label=label, strict=strict)
         install_directory(staging, out_dir, started, only_into_empty=not force)
     return out_dir
 
@@ -354,7 +359,8 @@ def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[st
         if isinstance(cause, HfHubHTTPError):
             return f"{describe_hub_error(cause, repo_id, revision)}; {not_cached}"
         detail = f": {type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else f": {error}"
-        return f"cannot get {at} from {where}{detail}; {not_cached}"
+        hint = "" if is_offline_mode() else "; with HF_HUB_OFFLINE=1 a pull uses only the cache and fails at once"
+        return f"cannot get {at} from {where}{detail}; {not_cached}{hint}"
     if isinstance(error, HfHubHTTPError):
         status = error.response.status_code if error.response is not None else "?"
         message = error.server_message or str(error).splitlines()[0]

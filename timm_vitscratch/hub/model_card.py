@@ -1,4 +1,9 @@
-"""The README model card pushed with a model: architecture, both counts, weights source, usage, license."""
+"""The README model card pushed with a model: architecture, both counts, weights source, usage, license.
+
+A card states only what the model's files record: a license, paper, origin or published top-1 appears
+when ``config.json``'s ``pretrained_cfg`` holds it, and never for weights its ``vitscratch`` block says
+are a random init (timm gives such a model its default tag's cfg, whose facts are not its own).
+"""
 from __future__ import annotations
 
 import json
@@ -12,6 +17,8 @@ from ..inspect.counts import leaf_module_param_count, true_param_count
 from .model_dir import METADATA_KEY
 
 TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
+#: the Hub's license identifier for "not stated" (timm's card writer would otherwise claim apache-2.0)
+UNKNOWN_LICENSE = "unknown"
 
 
 def architecture_line(config: Dict[str, Any], model: nn.Module) -> str:
@@ -48,12 +55,22 @@ def weights_facts(pretrained_cfg: Dict[str, Any]) -> Dict[str, str]:
     return facts
 
 
+def recorded_facts(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The pretrained cfg facts that belong to these weights (none for a random init)."""
+    source = config.get(METADATA_KEY, {}).get("source") or {}
+    if isinstance(source, dict) and source.get("weights") == "random init":
+        return {}
+    cfg = config.get("pretrained_cfg")
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
     """Markdown card for ``repo_id`` holding ``config`` (timm Hub config) and weights of ``model``."""
     metadata = config.get(METADATA_KEY, {})
     source = metadata.get("source")
     source_text = json.dumps(source, sort_keys=True) if source else "not recorded"
-    license_name = config.get("pretrained_cfg", {}).get("license") or "apache-2.0"
+    facts = recorded_facts(config)
+    license_name = facts.get("license")
     usage = (
         "```python\n"
         "import timm\n"
@@ -64,7 +81,7 @@ def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
         f"```bash\nvitscratch pull {repo_id} OUT_DIR\n```\n"
     )
     card = {
-        "license": license_name,
+        "license": license_name or UNKNOWN_LICENSE,
         "tags": TAGS,
         "description": (
             "A Vision Transformer written from scratch in PyTorch and registered with timm by the "
@@ -77,8 +94,8 @@ def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
             "Parameters (leaf-module count, what torchsummary prints)": f"{leaf_module_param_count(model):,}",
             "Weights source": source_text,
             "Weights sha256": metadata.get("sha256", "not recorded"),
-            **weights_facts(config.get("pretrained_cfg", {})),
-            "License": license_name,
+            **weights_facts(facts),
+            "License": license_name or "not recorded by the weights' source",
         },
         "usage": usage,
     }

@@ -15,12 +15,14 @@ import numpy as np
 import timm
 import torch
 from timm.data import create_transform, resolve_data_config
+from timm.models import split_model_name_tag
 from torch import nn
 
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write
 from ..models.model_args import check_architecture, check_option
-from ..models.variants import ARCHITECTURES, unknown_model_message
+from ..models.variants import ARCHITECTURES
+from .model_ref import check_scratch_model, has_weights, timm_model_name
 
 #: the most memory the attention maps of one picture may take (every block's, every head's)
 MAX_ATTENTION_BYTES = 1 << 30
@@ -80,32 +82,36 @@ def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
                          num_prefix_tokens=model.num_prefix_tokens, grid_size=tuple(model.patch_embed.grid_size))
 
 
+def _with_weights(name: str, kwargs: dict) -> nn.Module:
+    """timm's loader on ``name``; a local directory must hold safetensors (no pickle is read here)."""
+    if name.startswith("local-dir:") and not (Path(name[len("local-dir:"):]) / "model.safetensors").is_file():
+        raise ModelDirectoryError(f"{name[len('local-dir:'):]}: no model.safetensors; a model directory holds "
+                                  "config.json and model.safetensors (convert other weights with vitscratch convert)")
+    try:
+        return timm.create_model(name, pretrained=True, **kwargs)
+    except RuntimeError as err:  # timm's loader raises RuntimeError for weights that do not fit
+        raise ModelDirectoryError(f"{name}: cannot load the model: {str(err).splitlines()[0]}") from None
+
+
 def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Module, str]:
-    """A model directory (``config.json`` + ``model.safetensors``) or a registered name (random weights, seed 0).
+    """A model with its weights (a pretrained tag, a model directory, ``local-dir:``, ``hf-hub:``) or a bare
+    registered name (random weights, seed 0).
 
     Returns the model in eval mode and a description for the figure title.
     """
     kwargs = {} if img_size is None else dict(img_size=check_option("img_size", img_size, "--img-size"))
-    if name_or_dir in ARCHITECTURES:
-        check_architecture({**ARCHITECTURES[name_or_dir], **kwargs}, f"{name_or_dir} with {kwargs}")
-    path = Path(name_or_dir)
-    if path.is_dir():
-        if not (path / "model.safetensors").is_file():
-            raise ModelDirectoryError(f"{path}: no model.safetensors; --model takes a model directory holding "
-                                      "config.json and model.safetensors (convert other weights with vitscratch convert)")
-        try:
-            model = timm.create_model(f"local-dir:{path}", pretrained=True, **kwargs)
-        except RuntimeError as err:  # timm's loader raises RuntimeError for weights that do not fit
-            raise ModelDirectoryError(f"{path}: cannot load the model: {str(err).splitlines()[0]}") from None
-        description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {path}"
-    elif name_or_dir in ARCHITECTURES:
+    name = timm_model_name(name_or_dir)
+    variant = split_model_name_tag(name)[0]
+    if variant in ARCHITECTURES:
+        check_architecture({**ARCHITECTURES[variant], **kwargs}, f"{name_or_dir} with {kwargs}")
+    if has_weights(name_or_dir):
+        model = check_scratch_model(_with_weights(name, kwargs), name_or_dir)
+        description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {name_or_dir}"
+    else:
         with torch.random.fork_rng(devices=[]):  # same picture on every run, global RNG untouched
             torch.manual_seed(0)
-            model = timm.create_model(name_or_dir, **kwargs)
+            model = timm.create_model(name, **kwargs)
         description = f"{name_or_dir}, RANDOM weights (untrained)"
-    else:
-        raise ValueError(f"{unknown_model_message(name_or_dir)} (--model takes a registered name or a model "
-                         "directory holding config.json and model.safetensors)")
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
     kept = len(model.blocks) * model.blocks[0].attn.num_heads * tokens * tokens * 4
     if kept > MAX_ATTENTION_BYTES:
@@ -168,7 +174,7 @@ def render_attention_png(
         axes.axis("off")
     figure.suptitle(title, fontsize=9)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    figure.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})  # no version: same bytes anywhere
     return buffer.getvalue()
 
 

@@ -123,7 +123,13 @@ def _analytic_lines(report: Dict[str, Any]) -> List[str]:
     for part, formula in a["part_formulas"].items():
         lines.append(f"    {part:<10} {formula:<9} = {a['parts'][part]:>12,}  ({notes[part]})")
     lines.append(f"    {'block':<10} {a['block_formula']:<9} = {a['block']:>12,}")
-    lines.append(f"    whole model from the architecture alone: {a['model']:,}")
+    if a["model"] is None:
+        lines.append("    whole model from the architecture alone: not given (the formula takes square images)")
+    elif a["model"] != report["counts"]["true"]:
+        lines.append(f"    whole model from the architecture alone: {a['model']:,} (the true count differs: the formula "
+                     "covers a plain ViT, with a class token, a learned position table and MLP ratio 4)")
+    else:
+        lines.append(f"    whole model from the architecture alone: {a['model']:,}")
     return lines
 
 

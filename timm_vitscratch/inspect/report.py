@@ -20,7 +20,7 @@ from .counts import (
 from .flops import block_macs, forward_macs
 from .layer_table import layer_rows
 from .memory import TRAINING_BYTES_PER_PARAM, estimate_activation_bytes, training_bytes, weight_bytes
-from ..models.variants import ARCHITECTURES
+from .model_ref import check_scratch_model, timm_model_name
 
 #: param_breakdown's labels -> the report's keys
 _TALLY_KEYS = OrderedDict([
@@ -35,17 +35,14 @@ WHY_COUNTS_DIFFER = (
     "module, so the leaf-module count misses them")
 
 
-def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = None,
-                 model_name: Optional[str] = None) -> Dict[str, Any]:
+def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = None) -> Dict[str, Any]:
     """create_model overrides for the options the user gave, inside the bounds a config file has
-    (:mod:`timm_vitscratch.models.model_args`): nothing is built for a size that cannot fit in memory."""
+    (:mod:`timm_vitscratch.models.model_args`); the whole model is checked once built on ``meta``."""
     kwargs: Dict[str, Any] = {}
     if num_classes is not None:
         kwargs["num_classes"] = check_option("num_classes", num_classes, "--num-classes")
     if img_size is not None:
         kwargs["img_size"] = check_option("img_size", img_size, "--img-size")
-    if model_name in ARCHITECTURES:
-        check_architecture({**ARCHITECTURES[model_name], **kwargs}, f"{model_name} with {kwargs}")
     return kwargs
 
 
@@ -73,14 +70,19 @@ def _tally(model: nn.Module) -> Dict[str, Any]:
     return tally
 
 
-def _analytic(model_name: str, model: nn.Module, img_size: Optional[int]) -> Dict[str, Any]:
+def _analytic(model: nn.Module) -> Dict[str, Any]:
     h = model.embed_dim
+    arch = describe_model(model)
+    square = arch.img_size[0] == arch.img_size[1]
     return OrderedDict(
         h=h, block_formula="12h²+13h", block=block_param_formula(h),
         parts=OrderedDict((k, v) for k, v in block_part_formulas(h).items()),
         part_formulas=OrderedDict(attention="4h²+4h", mlp="8h²+5h", norms="4h"),
-        model=analytic_param_count(num_classes=model.num_classes, img_size=img_size or 224,
-                                   **ARCHITECTURES[model_name]),
+        # the formula knows square images only; None where it does not apply
+        model=analytic_param_count(
+            patch_size=arch.patch_size, embed_dim=arch.embed_dim, depth=arch.depth, num_classes=arch.num_classes,
+            img_size=arch.img_size[0], in_chans=arch.in_chans, representation_size=arch.representation_size,
+            distilled=arch.distilled) if square else None,
     )
 
 
@@ -136,11 +138,18 @@ def build_report(
     model_name: str, num_classes: Optional[int] = None, img_size: Optional[int] = None, batch: int = 1,
     layers: bool = False, activations: bool = True,
 ) -> Dict[str, Any]:
-    """Everything ``vitscratch summary`` shows about one registered model, as JSON-ready data."""
+    """Everything ``vitscratch summary`` shows about one model, as JSON-ready data.
+
+    ``model_name``: a registered name, a pretrained tag, a model directory, ``local-dir:DIR`` or
+    ``hf-hub:ORG/NAME`` (only its config is read; the model is built on ``meta``).
+    """
     if batch < 1:
         raise ValueError(f"--batch must be >= 1, got {batch}")
-    kwargs = model_kwargs(num_classes, img_size, model_name)
-    model = build_on_meta(model_name, **kwargs)
+    kwargs = model_kwargs(num_classes, img_size)
+    timm_name = timm_model_name(model_name)
+    model = check_scratch_model(build_on_meta(timm_name, **kwargs), model_name)
+    arch = describe_model(model)
+    check_architecture({**arch.constructor_args(), "num_classes": model.num_classes}, f"{model_name} with {kwargs}")
     true_count = true_param_count(model)
     shapes = dict(model.named_parameters())
     hidden = hidden_parameters(model)
@@ -154,10 +163,10 @@ def build_report(
             hidden=OrderedDict((n, OrderedDict(shape=list(shapes[n].shape), params=c)) for n, c in hidden.items()),
             why=WHY_COUNTS_DIFFER),
         tally=tally,
-        analytic=_analytic(model_name, model, img_size),
+        analytic=_analytic(model),
         share=_share(tally, macs, true_count),
         flops=_flops(model, batch),
-        memory=_memory(model_name, kwargs, true_count, batch, activations),
+        memory=_memory(timm_name, kwargs, true_count, batch, activations),
     )
     if layers:
         embed = model.patch_embed

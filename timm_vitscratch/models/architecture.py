@@ -35,6 +35,8 @@ class Arch:
     options: Dict[str, Any] = field(default_factory=dict)
     #: one line when the head count was assumed rather than read
     heads_note: Optional[str] = None
+    #: the facts shapes cannot tell (heads, activation, eps) that nothing recorded, with the value assumed
+    assumed: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_prefix_tokens(self) -> int:

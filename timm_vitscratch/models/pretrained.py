@@ -17,8 +17,13 @@ Google's transformers repos are ``google_in21k``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Optional, Tuple
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+from urllib.parse import urlparse
 
+from huggingface_hub import constants as hf_constants
 from timm.models import get_pretrained_cfg
 
 #: Each variant's tags in the order timm lists its own (its first is the default), then torchvision's, then
@@ -108,6 +113,21 @@ def timm_cfg(timm_name: str) -> Dict[str, Any]:
     }
 
 
+#: licenses torchvision's weights declare in ``meta["license"]`` (a link), as Hub license identifiers; weights
+#: that declare none are torchvision's own, under torchvision's BSD-3-Clause license
+TORCHVISION_LICENSES = {"https://github.com/facebookresearch/SWAG/blob/main/LICENSE": "cc-by-nc-4.0"}
+
+
+def torchvision_license(weights: Any) -> str:
+    """The license of torchvision weights, as their ``meta`` records it (a new, unknown link is an error)."""
+    link = weights.meta.get("license")
+    if link is None:
+        return "bsd-3-clause"
+    if link not in TORCHVISION_LICENSES:
+        raise KeyError(f"{weights} declares the license {link}, which TORCHVISION_LICENSES does not name")
+    return TORCHVISION_LICENSES[link]
+
+
 def torchvision_weights(enum_name: str, member: str) -> Any:
     import torchvision.models  # timm has imported it already; kept local so the table stays data
 
@@ -125,8 +145,7 @@ def torchvision_cfg(enum_name: str, member: str) -> Dict[str, Any]:
         "url": weights.url, "num_classes": len(weights.meta["categories"]),
         "input_size": (3, crop, crop), "crop_pct": round(crop / resize, 4), "crop_mode": "center",
         "interpolation": transform.interpolation.value, "mean": tuple(transform.mean), "std": tuple(transform.std),
-        # SWAG weights are CC-BY-NC 4.0 (meta["license"] links it); torchvision's own are BSD-3-Clause
-        "license": "cc-by-nc-4.0" if swag else "bsd-3-clause",
+        "license": torchvision_license(weights),
         "origin_url": weights.meta.get("recipe"),
         **_paper(_SWAG_PAPER if swag else _VIT_PAPER),
         "description": f"torchvision.models.{enum_name}.{member}",
@@ -139,6 +158,7 @@ def transformers_cfg(repo_id: str) -> Dict[str, Any]:
     return {
         "hf_hub_id": repo_id, "num_classes": 0, "input_size": (3, 224, 224), "crop_pct": 1.0,
         "crop_mode": "center", "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
+        # the license each of these repos' model cards declares on the Hub
         "license": "apache-2.0", "origin_url": f"https://huggingface.co/{repo_id}", **_paper(_VIT_PAPER),
         "description": f"Google's ImageNet-21k ViT, transformers format ({repo_id}); pooler kept, head zeroed "
                        "by Google and not published",
@@ -185,3 +205,75 @@ def top1(cfg: Dict[str, Any]) -> Optional[float]:
         if note.startswith("ImageNet-1k top-1 "):
             return float(note.split()[2])
     return None
+
+
+# --- where a tag's weights are fetched from, and what to say when they cannot be -------------------------
+@dataclass(frozen=True)
+class WeightsSource:
+    """Where timm's ``load_pretrained`` fetches a cfg's weights, and where it caches them."""
+
+    kind: str  # "hf-hub" or "url"
+    location: str  # the repo id (``ORG/NAME[@revision]``) or the URL
+    filename: str  # the file fetched
+    cache_path: Path  # hf-hub: the repo's folder in the Hugging Face cache; url: the cached file itself
+
+
+def weights_source(cfg: Mapping[str, Any]) -> Optional[WeightsSource]:
+    """The remote source of a resolved pretrained cfg, by timm's order (a file or state dict given in the cfg
+    comes first, then the Hub, then the URL); None when nothing is fetched."""
+    if cfg.get("state_dict") is not None or cfg.get("file") or cfg.get("source") == "local-dir":
+        return None
+    hub_id = cfg.get("hf_hub_id")
+    if hub_id:
+        repo = hub_id.split("@")[0]
+        filename = cfg.get("hf_hub_filename") or next(
+            (file for repo_id, file in TRANSFORMERS_REPOS.values() if repo_id == repo), "model.safetensors")
+        # the cache layout huggingface_hub documents: <HF_HUB_CACHE>/models--ORG--NAME/snapshots/<commit>/<file>
+        folder = Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
+        return WeightsSource("hf-hub", hub_id, filename, folder)
+    url = cfg.get("url")
+    if url:
+        import torch.hub
+
+        filename = os.path.basename(urlparse(url).path)  # what torch.hub.load_state_dict_from_url caches it as
+        return WeightsSource("url", url, filename, Path(torch.hub.get_dir()) / "checkpoints" / filename)
+    return None
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The error that says why: the Hub's own answer, else the innermost cause (the refused connection
+    behind huggingface_hub's "cannot find the requested files" or urllib's URLError)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    seen = {id(error)}
+    while not isinstance(error, HfHubHTTPError) and (error.__cause__ or error.__context__) is not None \
+            and id(error.__cause__ or error.__context__) not in seen:
+        error = error.__cause__ or error.__context__
+        seen.add(id(error))
+    return error
+
+
+def unavailable_weights_message(name: str, source: WeightsSource, error: Optional[BaseException],
+                                offline: bool) -> str:
+    """One message for weights that could not be fetched: the tag, where they come from, the cache path
+    where they would be found, and how to provide them."""
+    if offline:
+        why = "HF_HUB_OFFLINE=1 is set, so nothing is downloaded"
+    else:
+        cause = _root_cause(error) if error is not None else None
+        detail = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
+        why = f"the download failed ({type(cause).__name__}{': ' + detail if detail else ''})"
+    if source.kind == "hf-hub":
+        repo = source.location.split("@")[0]
+        origin = f"the Hugging Face Hub repo {source.location} (file {source.filename})"
+        cached = f"the Hugging Face cache has no copy in {source.cache_path}"
+        fill = (f"run `hf download {repo} {source.filename}` on a machine with network and copy "
+                f"{source.cache_path} into this machine's cache (HF_HUB_CACHE)")
+    else:
+        origin = source.location
+        cached = f"torch's cache has no copy at {source.cache_path}"
+        fill = f"download that URL on a machine with network and put the file at {source.cache_path}"
+    fail_fast = "" if offline else " Set HF_HUB_OFFLINE=1 to fail at once instead of waiting for the network."
+    return (f"cannot load the pretrained weights of {name!r} from {origin}: {why}, and {cached}. To provide "
+            f"them offline, {fill}; or pass pretrained_cfg_overlay=dict(file='/path/to/{source.filename}') to "
+            f"timm.create_model (train.py: --pretrained-path).{fail_fast}")

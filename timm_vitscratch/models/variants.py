@@ -4,9 +4,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import urllib.error
 import warnings
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
+from huggingface_hub import is_offline_mode
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
 from timm.models import (
     DefaultCfg, PretrainedCfg, build_model_with_cfg, register_model, resolve_pretrained_cfg, split_model_name_tag,
@@ -14,8 +18,11 @@ from timm.models import (
 
 from .build import empty_model, initialised_model
 from .checkpoint_filter import checkpoint_filter_fn
+from ..errors import PretrainedWeightsUnavailable
 from .model_args import check_saved_config, safetensors_shapes
-from .pretrained import imagenet_label_names, pretrained_tags, tag_model_args
+from .pretrained import (
+    WeightsSource, imagenet_label_names, pretrained_tags, tag_model_args, unavailable_weights_message, weights_source,
+)
 from .vision_transformer import VisionTransformer
 
 _TI = dict(embed_dim=192, depth=12, num_heads=3)
@@ -53,12 +60,15 @@ def unknown_model_message(name: str) -> str:
 
 
 def _vit_cfg(**kwargs: Any) -> Dict[str, Any]:
-    """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9)."""
+    """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9).
+
+    No license: a cfg without weights has none; each tag records its source's own (pretrained.py).
+    """
     return {
         "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": None,
         "crop_pct": 0.9, "interpolation": "bicubic", "fixed_input_size": True,
         "mean": IMAGENET_INCEPTION_MEAN, "std": IMAGENET_INCEPTION_STD,
-        "first_conv": "patch_embed.proj", "classifier": "head", "license": "apache-2.0",
+        "first_conv": "patch_embed.proj", "classifier": "head",
         **kwargs,
     }
 
@@ -210,6 +220,15 @@ def _check_file_config(variant: str, kwargs: Dict[str, Any]) -> None:
     check_saved_config(ARCHITECTURES[variant], kwargs.get("pretrained_model_args") or {}, cfg, where, shapes)
 
 
+#: what timm's download of pretrained weights raises when the file cannot be fetched (Hub, URL, offline)
+FETCH_ERRORS = (LocalEntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx.TransportError,
+                urllib.error.URLError, ConnectionError, TimeoutError)
+
+
+def _fetch_failure(name: str, source: WeightsSource, error: Optional[BaseException]) -> PretrainedWeightsUnavailable:
+    return PretrainedWeightsUnavailable(unavailable_weights_message(name, source, error, offline=is_offline_mode()))
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     _check_file_config(variant, kwargs)
     requested = kwargs.get("pretrained_cfg")
@@ -224,15 +243,24 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     if cfg is not None and not tag and not _names_weights(cfg):
         raise ValueError(f"{variant} has no default weights (its tags change the architecture): name one, "
                          f"e.g. {variant}.{default_cfgs[variant].tags[1]}, or give pretrained_cfg_overlay=dict(file=...)")
+    source = weights_source(vars(cfg)) if cfg is not None else None  # vars: no copy of a state dict
+    name = model_tag if tag else f"hf-hub:{cfg.hf_hub_id}" if cfg is not None and cfg.hf_hub_id else variant
+    if source is not None and source.kind == "url" and is_offline_mode() and not source.cache_path.is_file():
+        raise _fetch_failure(name, source, None)  # torch.hub ignores HF_HUB_OFFLINE: fail at once as the Hub does
     # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
     # a fresh model is initialised once (not first by nn.Linear's default and then again).
     on_meta = cfg is not None and _loads_from_storage(cfg)
-    model = build_model_with_cfg(
-        empty_model if on_meta else initialised_model, variant, pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=3, feature_cls="getter"),
-        **model_args,
-    )
+    try:  # timm's own download path; only its failure to fetch is put in words
+        model = build_model_with_cfg(
+            empty_model if on_meta else initialised_model, variant, pretrained,
+            pretrained_filter_fn=checkpoint_filter_fn,
+            feature_cfg=dict(out_indices=3, feature_cls="getter"),
+            **model_args,
+        )
+    except FETCH_ERRORS as err:
+        if source is None:
+            raise
+        raise _fetch_failure(name, source, err) from err
     if tag_args:  # recorded where timm's factory records model args, so saved configs keep them
         model._model_args = tag_args
     built_cfg = getattr(model, "pretrained_cfg", None)

@@ -39,6 +39,7 @@ SLOW = {
     "packaging/test_cli.py::test_a_closed_pipe": "vitscratch list in processes",
     "packaging/test_cli.py::test_version": "the CLI in a process",
     "packaging/test_cli.py::test_unknown_model": "the CLI in a process",
+    "packaging/test_cli.py::test_summary_and_attention_take_hf_hub": "push and read through the local Hub server",
     "docs/test_attention_example.py": "renders the example picture twice",
     "inspect/test_attention_maps.py::test_nonzero_exit": "the CLI in processes",
     "models/test_pretrained_tags.py::test_list_pretrained": "the CLI in a process",

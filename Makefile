@@ -1,11 +1,12 @@
 # Two entry points: `make demo` (the main job: zoo table, one summary, the digits example with its Hub round trip) and `make test` (the suite; CI runs it via .ci/run).
+# `make test-fast` runs the suite without the tests marked slow (tests/conftest.py: SLOW), for the edit-test loop.
 # Each creates .venv on first use and installs the package with the pinned working set.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test clean
+.PHONY: demo test test-fast clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +22,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""Start-up cost of the zero-import hook: one interpreter, hook armed vs opted out.
+"""Start-up cost of the zero-import hook (hook armed vs opted out) and of the ``vitscratch`` command.
 
 Times ``python -c pass`` and ``python -c "import timm"`` in fresh processes, alternating the two
 configurations run by run (so machine load hits both alike), and prints medians and their ratio.
@@ -8,7 +8,11 @@ interpreter gets. Also reported, from ``-X importtime``: the import of the hook 
 and the time the armed hook spends importing ``timm_vitscratch`` (the registration) inside
 ``import timm``.
 
-    python benchmarks/startup.py [--python PATH] [--runs 40] [--import-runs 10]
+Then ``vitscratch --help``, ``vitscratch convert --help`` and ``vitscratch --version``, run as the
+console script runs them (``timm_vitscratch_cli.main``), interleaved with ``python -c pass``: their
+medians, the difference, and whether each imported torch or timm (it must not).
+
+    python benchmarks/startup.py [--python PATH] [--runs 40] [--import-runs 10] [--cli-runs 20]
 """
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ import time
 from typing import Dict, List, Sequence
 
 DISABLE_ENV = "TIMM_VITSCRATCH_NO_AUTOLOAD"
+#: what the installed ``vitscratch`` script runs (pip writes the same two lines for the entry point)
+CONSOLE_SCRIPT = "import sys; from timm_vitscratch_cli import main; sys.exit(main())"
+CLI_COMMANDS = (["--help"], ["convert", "--help"], ["--version"])
+HEAVY = ("torch", "timm", "timm_vitscratch")
 CHECK_ARMED = "import sys; print(any(type(f).__name__ == 'PostImportHook' for f in sys.meta_path))"
 CHECK_MODELS = "import timm; print(len(timm.list_models('scratch_*')))"
 
@@ -89,6 +97,33 @@ def plugin_import_ms(python: str, runs: int) -> float:
     return statistics.median(samples)
 
 
+def cli_times(python: str, runs: int) -> Dict[str, List[float]]:
+    """Wall seconds of each CLI command and of ``python -c pass``, interleaved run by run."""
+    commands = {"python -c pass": [python, "-c", "pass"]}
+    commands.update({"vitscratch " + " ".join(argv): [python, "-c", CONSOLE_SCRIPT, *argv] for argv in CLI_COMMANDS})
+    times: Dict[str, List[float]] = {label: [] for label in commands}
+    for run in range(runs):
+        labels = list(commands) if run % 2 == 0 else list(reversed(commands))
+        for label in labels:
+            start = time.perf_counter()
+            subprocess.run(commands[label], env=_env(False), cwd=tempfile.gettempdir(), check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times[label].append(time.perf_counter() - start)
+    return times
+
+
+def cli_heavy_imports(python: str) -> Dict[str, List[str]]:
+    """For each CLI command, which of torch / timm / timm_vitscratch it imported."""
+    found = {}
+    for argv in CLI_COMMANDS:
+        code = (f"import sys, timm_vitscratch_cli\ntry:\n    timm_vitscratch_cli.main({argv!r})\nexcept SystemExit:\n"
+                f"    pass\nprint('HEAVY', *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
+        err = subprocess.run([python, "-c", code], env=_env(False), cwd=tempfile.gettempdir(), capture_output=True,
+                             text=True, check=True).stderr
+        found["vitscratch " + " ".join(argv)] = err.strip().splitlines()[-1].split()[1:]
+    return found
+
+
 def _rows(label: str, times: Dict[str, Dict[str, List[float]]]) -> List[str]:
     rows = []
     for kind in ("wall", "cpu"):
@@ -103,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter with timm_vitscratch installed")
     parser.add_argument("--runs", type=int, default=40, help="runs of `python -c pass` per configuration")
     parser.add_argument("--import-runs", type=int, default=10, help="runs of `import timm` per configuration (0: skip)")
+    parser.add_argument("--cli-runs", type=int, default=20, help="runs of each vitscratch command (0: skip)")
     args = parser.parse_args(argv)
 
     if _output(args.python, CHECK_ARMED, False) != "True" or _output(args.python, CHECK_ARMED, True) != "False":
@@ -124,6 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"timm_vitscratch_autoload import at start-up (-X importtime, median): {module_us:.0f} µs")
     if args.import_runs:
         print(f"timm_vitscratch import inside an armed `import timm` (-X importtime, median): {plugin_ms:.1f} ms")
+    if args.cli_runs:
+        times, heavy = cli_times(args.python, args.cli_runs), cli_heavy_imports(args.python)
+        base = statistics.median(times["python -c pass"]) * 1e3
+        print(f"{'median wall, ms':<29} {'command':>10} {'- pass':>10} {'imports torch/timm':>20} {'runs':>5}")
+        for label, samples in times.items():
+            median = statistics.median(samples) * 1e3
+            imported = "" if label not in heavy else (", ".join(heavy[label]) or "no")
+            print(f"{label:<29} {median:>10.1f} {median - base:>+10.1f} {imported:>20} {len(samples):>5}")
     return 0
 
 

@@ -1,9 +1,70 @@
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest_plugins = ["tests.support.hub_fixtures"]
+
+TESTS = Path(__file__).resolve().parent
+#: Tests marked ``slow``: ``make test-fast`` (``pytest -m "not slow"``) leaves them out, ``make test`` runs
+#: them. Each starts Python processes, builds environments, compiles, or converts and verifies models at
+#: full size: seconds to minutes each. A key is a folder, a file, or ``file::test`` (a name prefix).
+SLOW = {
+    "timm_suite": "timm's own model tests, in a child pytest",
+    "training": "timm's train.py and validate.py, torchrun DDP, the digits example",
+    "models/test_compile.py": "torch.compile",
+    "models/test_export.py": "ONNX, torch.export and TorchScript, with timm's scripts",
+    "models/test_pretrained_scripts.py": "timm's train.py / validate.py on pretrained tags",
+    "packaging/test_wheel.py": "builds the wheel and a venv",
+    "packaging/test_autoload.py": "builds wheel and editable venvs",
+    "packaging/test_benchmark.py": "runs the benchmark end to end",
+    "docs/test_doc_blocks.py": "re-runs every command the docs show",
+    "convert/test_fuzz_loaders.py": "property-based fuzzing, in worker processes",
+    "convert/test_resource_bounds.py": "memory-capped worker processes",
+    "hub/test_hub_faults.py": "huggingface_hub's retries against injected faults",
+    "hub/test_pull_interrupted_and_concurrent.py": "killed and concurrent pull processes",
+    "hub/test_hub.py": "push and pull through the local Hub server, fresh loading processes",
+    "hub/test_local_hub.py": "the local Hub server as a process",
+    "convert/test_convert_sources.py": "every source format converted and verified by its own library",
+    "convert/test_convert_features.py": "conversions with resampling, dtypes and training checkpoints, verified",
+    "convert/test_convert_roundtrip.py": "import and export through every format",
+    "convert/test_any_architecture.py": "off-table architectures converted and verified",
+    "models/test_equivalence_timm.py": "our models against timm's, ViT-B included",
+    "models/test_pretrained_loading.py": "pretrained tags loaded at full size from laid-out caches",
+    "convert/test_assumptions.py::test_cli": "the convert command in processes",
+    "convert/test_convert_bad_input.py::test_conversion_killed_mid_write": "conversions killed in processes",
+    "convert/test_convert_bad_input.py::test_failed_verification": "a verification at ViT-Ti size",
+    "convert/test_convert_bad_input.py::test_pickle_that_would_run_code": "loads in processes",
+    "packaging/test_cli.py::test_a_closed_pipe": "vitscratch list in processes",
+    "packaging/test_cli.py::test_version": "the CLI in a process",
+    "packaging/test_cli.py::test_unknown_model": "the CLI in a process",
+    "packaging/test_cli.py::test_summary_and_attention_take_hf_hub": "push and read through the local Hub server",
+    "docs/test_attention_example.py": "renders the example picture twice",
+    "inspect/test_attention_maps.py::test_nonzero_exit": "the CLI in processes",
+    "models/test_pretrained_tags.py::test_list_pretrained": "the CLI in a process",
+    "models/test_model.py::test_torch_compile": "torch.compile",
+    "models/test_cold_start.py::test_fresh_model_initialised_like_timm": "every variant initialised, ViT-H included",
+    "convert/test_convert_bad_input.py::test_unknown_source_format": "a conversion per format",
+    "convert/test_convert_bad_input.py::test_identity_layer_scale": "a verified conversion",
+    "convert/test_hostile_checkpoints.py::test_the_payload_is_live": "the payload run in a process",
+    "convert/test_assumptions.py::test_wrong_head_count": "three verified conversions",
+    "hub/test_hub_configs.py": "every variant's config generated and built",
+    "inspect/test_attention_maps.py::test_command_writes_png": "a ViT-Ti picture rendered",
+}
+
+
+def _is_slow(item) -> bool:
+    relative = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+    node = f"{relative}::{item.name}"
+    return any(relative == key or relative.startswith(key + "/") or ("::" in key and node.startswith(key))
+               for key in SLOW)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

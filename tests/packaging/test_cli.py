@@ -84,3 +84,23 @@ def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
         assert out.startswith(f"{ref}: image 32x32, patch 8 -> 16 patches") and f"{true_count:,}" in out
     assert main(["summary", "scratch_vit_b16.no_such_tag"]) == 2
     assert "scratch_vit_b16 has no pretrained tag 'no_such_tag'" in capsys.readouterr().err
+
+
+def test_summary_and_attention_take_hf_hub_models(hub_env, tmp_path, capsys):
+    from PIL import Image
+
+    from tests.support import tiny
+    from tests.support.hub_fixtures import model_dir
+    from timm_vitscratch import hub
+
+    model = tiny(num_classes=3)
+    hub.push(model_dir(tmp_path / "src", model), "tests/cli-summary")
+    assert main(["summary", "hf-hub:tests/cli-summary"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("hf-hub:tests/cli-summary: image 32x32") and f"{sum(p.numel() for p in model.parameters()):,}" in out
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(tmp_path / "red.png")
+    assert main(["attention", str(tmp_path / "red.png"), "--model", "hf-hub:tests/cli-summary",
+                 "--out", str(tmp_path / "red.attention.png")]) == 0
+    assert (tmp_path / "red.attention.png").stat().st_size > 0
+    assert main(["summary", "hf-hub:tests/no-such-repo"]) == 2
+    assert "repository 'tests/no-such-repo' not found at" in capsys.readouterr().err

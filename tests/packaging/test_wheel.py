@@ -38,3 +38,9 @@ def test_installed_cli_lists_only_user_commands(wheel_venv, tmp_path):
     assert result.returncode == 0, result.stderr
     listed = result.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
     assert set(listed) == USER_COMMANDS
+    # the installed script parses without torch or timm: -X importtime lists every module it imported
+    timed = subprocess.run([str(wheel_venv), "-X", "importtime", str(script), "convert", "--help"], cwd=tmp_path,
+                           env=env(), capture_output=True, text=True)
+    imported = {line.split("|")[-1].strip() for line in timed.stderr.splitlines() if line.startswith("import time:")}
+    assert timed.returncode == 0 and "timm_vitscratch_cli" in imported
+    assert not imported & {"torch", "timm", "timm_vitscratch"}, sorted(imported & {"torch", "timm", "timm_vitscratch"})

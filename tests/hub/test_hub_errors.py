@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import safetensors.torch
 import timm
 import torch
 from huggingface_hub import constants
@@ -159,7 +160,16 @@ def test_weights_that_do_not_fit_the_architecture(hub_env, tmp_path, request):
     directory = model_dir(tmp_path / "src", tiny())
     wrong = model_dir(tmp_path / "wrong", tiny(embed_dim=32))
     (directory / "model.safetensors").write_bytes((wrong / "model.safetensors").read_bytes())
-    with pytest.raises(ModelDirectoryError, match=r"does not fit the architecture.*\(1, 1, 32\) where the archi"):
+    # told before anything is built: the config's width against the weights' patch projection
+    with pytest.raises(ModelDirectoryError, match=r"does not describe the weights: embed_dim 64, but "
+                                                  r"patch_embed.proj.weight is \(32, 3, 8, 8\)"):
+        hub.push(directory, repo_for(request))
+    # weights whose names fit but one tensor does not: the built model's exact shapes
+    fits = model_dir(tmp_path / "fits", tiny())
+    state = safetensors.torch.load_file(str(fits / "model.safetensors"))
+    state["blocks.0.norm1.weight"] = safetensors.torch.load_file(str(wrong / "model.safetensors"))["blocks.0.norm1.weight"]
+    safetensors.torch.save_file(state, str(directory / "model.safetensors"))
+    with pytest.raises(ModelDirectoryError, match=r"does not fit the architecture.*\(32,\) where the archi"):
         hub.push(directory, repo_for(request))
 
 
@@ -186,15 +196,14 @@ def test_client_without_hf_hub_disable_xet_gets_told_to_set_it(hub_env, tmp_path
     assert "set HF_HUB_DISABLE_XET=1" in capsys.readouterr().err
 
 
-def test_placement_args_in_config_are_ignored(hub_env, tmp_path, request):
-    """model_args saying where to build (device, dtype) never decide where a checked model is built."""
+def test_placement_args_in_config_are_refused(hub_env, tmp_path, request):
+    """model_args saying where to build (device, dtype) are not model options: a config never decides where
+    a model is built, and the directory is refused by name before anything is built or sent."""
     directory = model_dir(tmp_path / "src", tiny())
     config = json.loads((directory / "config.json").read_text())
     config["model_args"].update(device="cuda:7", dtype="float64")  # no GPU here; a dtype given as a string
     (directory / "config.json").write_text(json.dumps(config))
-    _, model = hub.check_model_directory(directory)
-    assert {p.device.type for p in model.parameters()} == {"meta"}
-    assert {p.dtype for p in model.parameters()} == {torch.float32}
-    repo = repo_for(request)
-    hub.push(directory, repo)
-    assert hub.pull(repo, tmp_path / "out").is_dir()
+    with pytest.raises(ModelDirectoryError, match="'device' is not a model option a file may set"):
+        hub.check_model_directory(directory)
+    with pytest.raises(ModelDirectoryError, match="'device' is not a model option"):
+        hub.push(directory, repo_for(request))

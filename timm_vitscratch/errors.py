@@ -28,3 +28,15 @@ class ModelDirectoryError(ValueError):
     Raised by ``hub_format.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
     the message starts with the directory (or ``repo@revision``) and says what is wrong.
     """
+
+
+class NaFlexBatchError(ValueError):
+    """A NaFlex batch (``patches``, ``patch_coord``, ``patch_valid``, ``attn_mask``) the model cannot take.
+
+    ``field`` names the entry that is wrong; the message says what it holds and what was expected.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"NaFlex batch {field!r}: {problem}")

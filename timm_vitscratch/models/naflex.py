@@ -57,6 +57,7 @@ def _exporting() -> bool:
 
 
 # --- reading and checking the batch ------------------------------------------------------------
+@torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
 def read_batch(model: "VisionTransformer", x: Any, attn_mask: Optional[torch.Tensor] = None,
                patch_valid: Optional[torch.Tensor] = None,
                patch_coord: Optional[torch.Tensor] = None) -> NaFlexBatch:
@@ -229,7 +230,6 @@ class Packed(NamedTuple):
     seq: int
 
 
-@torch.compiler.disable
 def _layout(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, Any]:
     """Index tensors and the per-image sizes the packed path needs (read from the data, so not compiled)."""
     valid, coord = batch.patch_valid, batch.patch_coord
@@ -292,6 +292,7 @@ def _drop_patches(model: "VisionTransformer", layout: Dict[str, Any], packed: to
     return packed[:, keep], lengths, padded_index[keep]
 
 
+@torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
 def pack(model: "VisionTransformer", batch: NaFlexBatch) -> Packed:
     """Embed the valid patches and pack them, with each image's prefix tokens, into one sequence."""
     layout = _layout(model, batch)
@@ -354,6 +355,7 @@ def _cat_outputs(outputs: List[Any]) -> Any:
     return torch.cat(outputs)
 
 
+@torch.compiler.disable  # one call per image
 def head_per_image(model: "VisionTransformer", x: torch.Tensor, lengths: List[int], pre_logits: bool = False):
     """The model's own ``forward_head`` on each image's tokens (1, prefix + n_i, D): pooling sees valid tokens only."""
     return _cat_outputs([model.forward_head(tokens, pre_logits=pre_logits) for tokens in x.split(lengths, dim=1)])

@@ -28,6 +28,7 @@ class PackedSegments:
     def __len__(self) -> int:
         return len(self.lengths)
 
+    @torch.compiler.disable  # per-image lengths are data: compiled code around it stays shape-generic
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
         """(1, heads, L, head_dim) q, k, v -> (1, heads, L, head_dim), each run attending to itself only.
 

@@ -68,12 +68,13 @@ def test_patch_dropout_keeps_each_images_share_and_trains():
     loss = model(batch).logsumexp(dim=1).sum()
     loss.backward()
     counts = batch["patch_valid"].sum(dim=1).tolist()
-    assert lengths[0] == [2 + max(1, int(n * 0.5)) for n in counts]  # class + register token stay
+    # (the packed sequence holds the images longest first)
+    assert sorted(lengths[0]) == sorted(2 + max(1, int(n * 0.5)) for n in counts)  # class + register token stay
     assert model.patch_embed.proj.weight.grad.abs().sum() > 0
     model.eval()
     with torch.no_grad():  # no dropout in eval: every patch
         model(batch)
-    assert lengths[-1] == [2 + n for n in counts]
+    assert lengths[-1] == sorted((2 + n for n in counts), reverse=True)
 
 
 def _random_batches(count: int, seed: int = 0):

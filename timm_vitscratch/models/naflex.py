@@ -221,11 +221,16 @@ def _sincos_at(model: "VisionTransformer", coord: torch.Tensor, longest: int) ->
 
 # --- the packed path ---------------------------------------------------------------------------
 class Packed(NamedTuple):
-    """A NaFlex batch packed into one sequence (1, L, D): per image its prefix tokens, then its valid patches."""
+    """A NaFlex batch packed into one sequence (1, L, D): per image its prefix tokens, then its valid patches.
+
+    Images lie longest first (``image_order``), so that images of equal length are neighbours and
+    attend in one batched call.
+    """
 
     tokens: torch.Tensor
     segments: PackedSegments
     padded_index: torch.Tensor  # (L,) position of each packed token in the padded (B * (prefix + N)) layout
+    image_order: torch.Tensor  # (B,) the batch index of the packed sequence's first, second, ... image
     batch: int
     seq: int
 
@@ -241,9 +246,11 @@ def _layout(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, Any]:
     grid = torch.zeros(num_images, 2, dtype=torch.long, device=valid.device)
     grid = grid.scatter_reduce(0, image[:, None].expand(-1, 2), token_coord, "amax", include_self=False) + 1
     counts = valid.sum(dim=1)
-    # the packed sequence is the padded layout (prefix + N per image) with the padding left out
-    keep = torch.cat([valid.new_ones(num_images, prefix), valid], dim=1).reshape(-1)
-    padded_index = keep.nonzero().flatten()
+    # the packed sequence: the padded layout (prefix + N per image) without the padding, longest image first
+    image_order = torch.sort(counts, descending=True, stable=True).indices
+    keep = torch.cat([valid.new_ones(num_images, prefix), valid], dim=1)
+    rows, columns = keep.index_select(0, image_order).nonzero(as_tuple=True)
+    padded_index = image_order[rows] * (prefix + seq) + columns
     # where each packed token comes from: rows [0, B*prefix) are prefix tokens, then the T patch tokens
     source = torch.empty(num_images, prefix + seq, dtype=torch.long, device=valid.device)
     source[:, :prefix] = torch.arange(num_images * prefix, device=valid.device).view(num_images, prefix)
@@ -251,8 +258,8 @@ def _layout(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, Any]:
     patch_source[valid_index] = num_images * prefix + torch.arange(valid_index.numel(), device=valid.device)
     source[:, prefix:] = patch_source.view(num_images, seq)
     return dict(valid_index=valid_index, image=image, token_coord=token_coord, grid=grid.tolist(),
-                grid_tensor=grid, lengths=(counts + prefix).tolist(), padded_index=padded_index,
-                order=source.reshape(-1).index_select(0, padded_index))
+                grid_tensor=grid, lengths=(counts + prefix).index_select(0, image_order).tolist(),
+                padded_index=padded_index, image_order=image_order, order=source.reshape(-1).index_select(0, padded_index))
 
 
 def _learned_positions(model: "VisionTransformer", table: torch.Tensor, layout: Dict[str, Any],
@@ -286,10 +293,11 @@ def _drop_patches(model: "VisionTransformer", layout: Dict[str, Any], packed: to
         image[shuffled]]
     is_prefix = padded_index % (prefix + seq) < prefix
     keep = is_prefix.clone()
-    keep[~is_prefix] = rank < keep_count[image]
+    patch_rows = layout["order"][~is_prefix] - len(layout["lengths"]) * prefix  # packed patch slots -> token rows
+    keep[~is_prefix] = (rank < keep_count[image])[patch_rows]
     owner = torch.div(padded_index, prefix + seq, rounding_mode="floor")
-    lengths = torch.bincount(owner[keep], minlength=len(layout["lengths"])).tolist()
-    return packed[:, keep], lengths, padded_index[keep]
+    lengths = torch.bincount(owner[keep], minlength=len(layout["lengths"]))
+    return packed[:, keep], lengths.index_select(0, layout["image_order"]).tolist(), padded_index[keep]
 
 
 @torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
@@ -314,14 +322,15 @@ def pack(model: "VisionTransformer", batch: NaFlexBatch) -> Packed:
     packed = model.norm_pre(model.pos_drop(packed))
     masks = None if batch.attn_mask is None else _image_masks(batch.attn_mask, padded_index, lengths,
                                                                model.num_prefix_tokens + seq)
-    return Packed(packed, PackedSegments(lengths, masks), padded_index, num_images, seq)
+    return Packed(packed, PackedSegments(lengths, masks), padded_index, layout["image_order"], num_images, seq)
 
 
 def _image_masks(attn_mask: torch.Tensor, padded_index: torch.Tensor, lengths: List[int],
                  tokens: int) -> List[torch.Tensor]:
     """Each image's part of a (B, 1 | heads, prefix + N, prefix + N) mask, rows and columns of its kept tokens."""
     masks = []
-    for image, positions in enumerate(padded_index.split(lengths)):
+    for positions in padded_index.split(lengths):
+        image = int(positions[0]) // tokens
         local = positions - image * tokens
         masks.append(attn_mask[image:image + 1][:, :, local][:, :, :, local])
     return masks
@@ -356,9 +365,19 @@ def _cat_outputs(outputs: List[Any]) -> Any:
 
 
 @torch.compiler.disable  # one call per image
-def head_per_image(model: "VisionTransformer", x: torch.Tensor, lengths: List[int], pre_logits: bool = False):
-    """The model's own ``forward_head`` on each image's tokens (1, prefix + n_i, D): pooling sees valid tokens only."""
-    return _cat_outputs([model.forward_head(tokens, pre_logits=pre_logits) for tokens in x.split(lengths, dim=1)])
+def head_per_image(model: "VisionTransformer", x: torch.Tensor, lengths: List[int], pre_logits: bool = False,
+                   image_order: Optional[torch.Tensor] = None):
+    """The model's own ``forward_head`` on each image's tokens (1, prefix + n_i, D): pooling sees valid tokens only.
+
+    ``image_order``: the batch index of each run, when the runs are not in batch order.
+    """
+    outputs = [model.forward_head(tokens, pre_logits=pre_logits) for tokens in x.split(lengths, dim=1)]
+    if image_order is not None:
+        placed: List[Any] = [None] * len(outputs)
+        for output, image in zip(outputs, image_order.tolist()):
+            placed[image] = output
+        outputs = placed
+    return _cat_outputs(outputs)
 
 
 def forward(model: "VisionTransformer", batch: NaFlexBatch) -> Any:
@@ -370,7 +389,7 @@ def forward(model: "VisionTransformer", batch: NaFlexBatch) -> Any:
     x = model.norm(x)
     if model.global_pool == "" and model.attn_pool is None:  # per-token outputs: in the batch's layout
         return model.forward_head(unpack(packed, x, model.num_prefix_tokens))
-    return head_per_image(model, x, packed.segments.lengths)
+    return head_per_image(model, x, packed.segments.lengths, image_order=packed.image_order)
 
 
 def forward_features(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, torch.Tensor]:

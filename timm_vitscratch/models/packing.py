@@ -2,15 +2,16 @@
 
 A NaFlex batch pads every image to one length. Packed, the valid tokens of all images form one
 sequence of shape (1, L, D): linear layers, norms and MLPs run on real tokens only, and attention
-runs once per image over that image's contiguous run (block-diagonal, never across images).
+runs per image over that image's contiguous run (block-diagonal, never across images).
 """
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Callable, List, Optional, Sequence
 
 import torch
 
-#: ``attention(q, k, v, attn_mask)`` over (1, heads, n, head_dim) tensors -> (1, heads, n, head_dim)
+#: ``attention(q, k, v, attn_mask)`` over (batch, heads, n, head_dim) tensors -> (batch, heads, n, head_dim)
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
 
 
@@ -21,9 +22,11 @@ class PackedSegments:
     ``masks`` (optional, one per image) are the images' own attention masks, SDPA's convention.
     """
 
-    def __init__(self, lengths: Sequence[int], masks: Optional[List[Optional[torch.Tensor]]] = None) -> None:
+    def __init__(self, lengths: Sequence[int], masks: Optional[List[torch.Tensor]] = None) -> None:
         self.lengths = list(lengths)
         self.masks = masks
+        # neighbouring runs of one length attend in one batched call: (length, count) pairs
+        self.groups = [(length, len(list(run))) for length, run in groupby(self.lengths)]
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -32,11 +35,22 @@ class PackedSegments:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
         """(1, heads, L, head_dim) q, k, v -> (1, heads, L, head_dim), each run attending to itself only.
 
-        One attention call per image on CPU is the fastest exact choice: the same kernel the image
-        alone would run, on a view of the packed tensors (nested-tensor SDPA falls back to a much
-        slower path on CPU, and a dense block-diagonal mask would cost the square of the whole
-        sequence).
+        Neighbouring images of equal length are one batch of the attention call (views, no copies);
+        the others one call each: the same kernel each image alone would run. On CPU this is the
+        fastest exact choice: nested-tensor SDPA falls back to a far slower path there, and a dense
+        block-diagonal mask would cost the square of the whole sequence. The outputs are written
+        token-major, the layout the output projection reads without another copy.
         """
-        runs = zip(q.split(self.lengths, dim=2), k.split(self.lengths, dim=2), v.split(self.lengths, dim=2))
-        masks = self.masks if self.masks is not None else [None] * len(self.lengths)
-        return torch.cat([attention(qi, ki, vi, mask) for (qi, ki, vi), mask in zip(runs, masks)], dim=2)
+        heads, head_dim = q.shape[1], q.shape[3]
+        outputs, start, image = [], 0, 0
+        for length, count in self.groups:
+            end = start + length * count
+
+            def runs(t: torch.Tensor) -> torch.Tensor:  # (count, heads, length, head_dim) view of the run
+                return t[0, :, start:end].unflatten(1, (count, length)).transpose(0, 1)
+
+            mask = None if self.masks is None else torch.cat(self.masks[image:image + count])
+            out = attention(runs(q), runs(k), runs(v), mask)
+            outputs.append(out.transpose(1, 2).reshape(count * length, heads, head_dim))
+            start, image = end, image + count
+        return torch.cat(outputs).unsqueeze(0).transpose(1, 2)

@@ -48,7 +48,12 @@ class NaFlexBatch(NamedTuple):
 
 
 def is_naflex_call(x: Any, patch_coord: Optional[torch.Tensor], patch_valid: Optional[torch.Tensor]) -> bool:
-    """True for a NaFlex batch: a dict, or patches given with their coordinates / validity."""
+    """True for a NaFlex batch: a dict, or patches given with their coordinates / validity.
+
+    Under FX tracing every argument is a placeholder: that traces the image path.
+    """
+    if isinstance(x, torch.fx.Proxy):
+        return False
     return isinstance(x, Mapping) or patch_coord is not None or patch_valid is not None
 
 

@@ -53,4 +53,5 @@ class PackedSegments:
             out = attention(runs(q), runs(k), runs(v), mask)
             outputs.append(out.transpose(1, 2).reshape(count * length, heads, head_dim))
             start, image = end, image + count
-        return torch.cat(outputs).unsqueeze(0).transpose(1, 2)
+        tokens = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        return tokens.unsqueeze(0).transpose(1, 2)

@@ -21,7 +21,6 @@ import timm
 import torch
 from PIL import Image
 from timm.data import create_dataset, create_naflex_loader, resolve_data_config
-from timm.models import load_checkpoint
 from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 from timm.utils import CheckpointSaver, accuracy

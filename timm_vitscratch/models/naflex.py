@@ -19,19 +19,17 @@ the path ``torch.export`` and ONNX take (chosen automatically while exporting).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from timm.layers import resample_abs_pos_embed, resample_patch_embed
+from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import NaFlexBatchError
 from .layers import sincos_2d_pos_embed
 from .packing import PackedSegments
-
-if TYPE_CHECKING:  # the model imports this module
-    from .vision_transformer import VisionTransformer
 
 #: the entries of timm's NaFlex batch the model reads (the collator's ``seq_len`` is ignored)
 BATCH_KEYS = ("patches", "patch_coord", "patch_valid")
@@ -63,7 +61,7 @@ def _exporting() -> bool:
 
 # --- reading and checking the batch ------------------------------------------------------------
 @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
-def read_batch(model: "VisionTransformer", x: Any, attn_mask: Optional[torch.Tensor] = None,
+def read_batch(model: nn.Module, x: Any, attn_mask: Optional[torch.Tensor] = None,
                patch_valid: Optional[torch.Tensor] = None,
                patch_coord: Optional[torch.Tensor] = None) -> NaFlexBatch:
     """The batch from a dict (its entries win, as in timm) or from tensors given as arguments.
@@ -92,7 +90,7 @@ def read_batch(model: "VisionTransformer", x: Any, attn_mask: Optional[torch.Ten
     return check_batch(model, patches, patch_coord, patch_valid, attn_mask)
 
 
-def _expected_fields(model: "VisionTransformer") -> str:
+def _expected_fields(model: nn.Module) -> str:
     ph, pw = model.patch_embed.patch_size
     return (f"'patches' (batch, N, {ph * pw * model.in_chans}) = (batch, N, {ph}*{pw}*{model.in_chans}), "
             f"'patch_coord' (batch, N, 2) integer (row, column) and 'patch_valid' (batch, N) bool")
@@ -102,7 +100,7 @@ def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
-def check_batch(model: "VisionTransformer", patches: Any, patch_coord: Any, patch_valid: Any,
+def check_batch(model: nn.Module, patches: Any, patch_coord: Any, patch_valid: Any,
                 attn_mask: Optional[torch.Tensor]) -> NaFlexBatch:
     """Check every entry's type, shape and values; raise ``NaFlexBatchError`` naming the field."""
     for key, value in (("patches", patches), ("patch_coord", patch_coord), ("patch_valid", patch_valid)):
@@ -141,7 +139,7 @@ def check_batch(model: "VisionTransformer", patches: Any, patch_coord: Any, patc
     return NaFlexBatch(patches, patch_coord.long(), patch_valid, attn_mask, patch_size)
 
 
-def _flat_patches(model: "VisionTransformer", patches: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+def _flat_patches(model: nn.Module, patches: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
     """(B, N, P*P*C) as given, or (B, N, Ph, Pw, C) / (B, N, C, Ph, Pw) (timm's variable patch size) flattened."""
     channels, (ph, pw) = model.in_chans, model.patch_embed.patch_size
     channels_last = model.patchify_channels_last
@@ -174,7 +172,7 @@ def _resize_pinv(old: Tuple[int, int], new: Tuple[int, int]) -> torch.Tensor:
     return resample_patch_embed(basis, list(new)).reshape(old[0] * old[1], new[0] * new[1])
 
 
-def projection_weight(model: "VisionTransformer", patch_size: Tuple[int, int]) -> torch.Tensor:
+def projection_weight(model: nn.Module, patch_size: Tuple[int, int]) -> torch.Tensor:
     """The conv patch embedding's kernel as a (D, P*P*C) linear map of flattened patches.
 
     Channels last (timm's default flat layout: row, column, channel) or first, as the model's
@@ -191,12 +189,12 @@ def projection_weight(model: "VisionTransformer", patch_size: Tuple[int, int]) -
     return weight.reshape(weight.shape[0], -1)
 
 
-def project(model: "VisionTransformer", patches: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
+def project(model: nn.Module, patches: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
     """(..., P*P*C) flattened patches -> (..., D) patch tokens."""
     return F.linear(patches, projection_weight(model, patch_size), model.patch_embed.proj.bias)
 
 
-def _patch_pos_table(model: "VisionTransformer") -> Optional[torch.Tensor]:
+def _patch_pos_table(model: nn.Module) -> Optional[torch.Tensor]:
     """The learned table's patch part, (1, H0*W0, D); None without a learned table."""
     if model.pos_embed is None or model.sincos_pos_embed:
         return None
@@ -204,7 +202,7 @@ def _patch_pos_table(model: "VisionTransformer") -> Optional[torch.Tensor]:
     return model.pos_embed[:, prefix:]
 
 
-def _prefix_tokens(model: "VisionTransformer") -> Optional[torch.Tensor]:
+def _prefix_tokens(model: nn.Module) -> Optional[torch.Tensor]:
     """(k, D) class, distillation and register tokens, with their positions unless ``no_embed_class``."""
     parts = [t[0] for t in (model.cls_token, model.dist_token, model.reg_token) if t is not None]
     if not parts:
@@ -215,7 +213,7 @@ def _prefix_tokens(model: "VisionTransformer") -> Optional[torch.Tensor]:
     return prefix
 
 
-def _sincos_at(model: "VisionTransformer", coord: torch.Tensor, longest: int) -> torch.Tensor:
+def _sincos_at(model: nn.Module, coord: torch.Tensor, longest: int) -> torch.Tensor:
     """Sincos positions of (..., 2) coordinates: the table's row half depends on the row only, the column
     half on the column only, so two one-axis tables of ``longest`` entries give any grid's values."""
     dim = model.embed_dim
@@ -240,7 +238,7 @@ class Packed(NamedTuple):
     seq: int
 
 
-def _layout(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, Any]:
+def _layout(model: nn.Module, batch: NaFlexBatch) -> Dict[str, Any]:
     """Index tensors and the per-image sizes the packed path needs (read from the data, so not compiled)."""
     valid, coord = batch.patch_valid, batch.patch_coord
     num_images, seq = valid.shape
@@ -267,7 +265,7 @@ def _layout(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, Any]:
                 padded_index=padded_index, image_order=image_order, order=source.reshape(-1).index_select(0, padded_index))
 
 
-def _learned_positions(model: "VisionTransformer", table: torch.Tensor, layout: Dict[str, Any],
+def _learned_positions(model: nn.Module, table: torch.Tensor, layout: Dict[str, Any],
                        dtype: torch.dtype) -> torch.Tensor:
     """(T, D) learned positions: the table resampled once per distinct grid in the batch, then gathered."""
     old = model.patch_embed.grid_size
@@ -285,7 +283,7 @@ def _learned_positions(model: "VisionTransformer", table: torch.Tensor, layout: 
     return torch.cat(tables).index_select(0, index).to(dtype)
 
 
-def _drop_patches(model: "VisionTransformer", layout: Dict[str, Any], packed: torch.Tensor, seq: int):
+def _drop_patches(model: nn.Module, layout: Dict[str, Any], packed: torch.Tensor, seq: int):
     """Patch dropout in training: prefix tokens stay; each image keeps a random ``1 - prob`` share of its
     patches (at least one), as ``PatchDropout`` does for one image."""
     prefix, padded_index = model.num_prefix_tokens, layout["padded_index"]
@@ -306,7 +304,7 @@ def _drop_patches(model: "VisionTransformer", layout: Dict[str, Any], packed: to
 
 
 @torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
-def pack(model: "VisionTransformer", batch: NaFlexBatch) -> Packed:
+def pack(model: nn.Module, batch: NaFlexBatch) -> Packed:
     """Embed the valid patches and pack them, with each image's prefix tokens, into one sequence."""
     layout = _layout(model, batch)
     patches = batch.patches.reshape(-1, batch.patches.shape[-1]).index_select(0, layout["valid_index"])
@@ -341,7 +339,7 @@ def _image_masks(attn_mask: torch.Tensor, padded_index: torch.Tensor, lengths: L
     return masks
 
 
-def run_blocks(model: "VisionTransformer", packed: Packed, blocks=None, take: Optional[set] = None,
+def run_blocks(model: nn.Module, packed: Packed, blocks=None, take: Optional[set] = None,
                norm: bool = False) -> Tuple[torch.Tensor, List[torch.Tensor]]:
     """The blocks on the packed sequence (each image attends to itself); optionally the outputs at ``take``."""
     x, segments = packed.tokens, packed.segments
@@ -370,7 +368,7 @@ def _cat_outputs(outputs: List[Any]) -> Any:
 
 
 @torch.compiler.disable  # one call per image
-def head_per_image(model: "VisionTransformer", x: torch.Tensor, lengths: List[int], pre_logits: bool = False,
+def head_per_image(model: nn.Module, x: torch.Tensor, lengths: List[int], pre_logits: bool = False,
                    image_order: Optional[torch.Tensor] = None):
     """The model's own ``forward_head`` on each image's tokens (1, prefix + n_i, D): pooling sees valid tokens only.
 
@@ -385,7 +383,7 @@ def head_per_image(model: "VisionTransformer", x: torch.Tensor, lengths: List[in
     return _cat_outputs(outputs)
 
 
-def forward(model: "VisionTransformer", batch: NaFlexBatch) -> Any:
+def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
     """Logits (B, classes) of a NaFlex batch, packed."""
     if _exporting() or not model.naflex_packed:
         return forward_padded(model, batch)
@@ -397,7 +395,7 @@ def forward(model: "VisionTransformer", batch: NaFlexBatch) -> Any:
     return head_per_image(model, x, packed.segments.lengths, image_order=packed.image_order)
 
 
-def forward_features(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str, torch.Tensor]:
+def forward_features(model: nn.Module, batch: NaFlexBatch) -> Dict[str, torch.Tensor]:
     """timm's NaFlex ``forward_features``: ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}`` (zeros at padding)."""
     if _exporting() or not model.naflex_packed:
         return {"patches": features_padded(model, batch), "patch_valid": batch.patch_valid}
@@ -406,7 +404,7 @@ def forward_features(model: "VisionTransformer", batch: NaFlexBatch) -> Dict[str
     return {"patches": unpack(packed, model.norm(x), model.num_prefix_tokens), "patch_valid": batch.patch_valid}
 
 
-def forward_head(model: "VisionTransformer", x: torch.Tensor, patch_valid: torch.Tensor, pre_logits: bool = False):
+def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, pre_logits: bool = False):
     """Head on padded features (B, prefix + N, D) with their ``patch_valid``: each image's valid tokens only."""
     if tuple(patch_valid.shape) != (x.shape[0], x.shape[1] - model.num_prefix_tokens):
         raise NaFlexBatchError("patch_valid", f"expected (batch, N) = ({x.shape[0]}, {x.shape[1] - model.num_prefix_tokens}) "
@@ -419,7 +417,7 @@ def forward_head(model: "VisionTransformer", x: torch.Tensor, patch_valid: torch
     return head_per_image(model, x[keep][None], lengths, pre_logits)
 
 
-def forward_intermediates(model: "VisionTransformer", batch: NaFlexBatch, take_indices: List[int], max_index: int,
+def forward_intermediates(model: nn.Module, batch: NaFlexBatch, take_indices: List[int], max_index: int,
                           return_prefix_tokens: bool, norm: bool, stop_early: bool, output_fmt: str,
                           intermediates_only: bool, output_dict: bool):
     """timm's NaFlex ``forward_intermediates``: NLC block outputs in the batch's padded layout (grids vary per image)."""
@@ -469,7 +467,7 @@ def resize_weights(position: torch.Tensor, out_size: torch.Tensor, in_size: int)
     return (weights / weights.sum(dim=-1, keepdim=True)).float()
 
 
-def _padded_positions(model: "VisionTransformer", batch: NaFlexBatch, dtype: torch.dtype) -> Optional[torch.Tensor]:
+def _padded_positions(model: nn.Module, batch: NaFlexBatch, dtype: torch.dtype) -> Optional[torch.Tensor]:
     """(B, N, D) positions of every patch slot, from shapes fixed by the batch (no per-grid resampling calls)."""
     coord = batch.patch_coord * batch.patch_valid[..., None]
     table = _patch_pos_table(model)
@@ -485,7 +483,7 @@ def _padded_positions(model: "VisionTransformer", batch: NaFlexBatch, dtype: tor
     return (weights @ table[0].float()).to(dtype)
 
 
-def features_padded(model: "VisionTransformer", batch: NaFlexBatch) -> torch.Tensor:
+def features_padded(model: nn.Module, batch: NaFlexBatch) -> torch.Tensor:
     """(B, prefix + N, D) final tokens on timm's padded layout; padding is masked out of attention as keys."""
     tokens = project(model, batch.patches, batch.patch_size)
     positions = _padded_positions(model, batch, tokens.dtype)
@@ -505,7 +503,7 @@ def features_padded(model: "VisionTransformer", batch: NaFlexBatch) -> torch.Ten
     return model.norm(x)
 
 
-def _head_padded(model: "VisionTransformer", x: torch.Tensor, valid: torch.Tensor, pre_logits: bool = False):
+def _head_padded(model: nn.Module, x: torch.Tensor, valid: torch.Tensor, pre_logits: bool = False):
     """The model's head with pooling over valid tokens, on the padded layout (shapes fixed for export)."""
     prefix = model.num_prefix_tokens
     if model.distilled or model.global_pool in ("token", "") and model.attn_pool is None:
@@ -523,6 +521,6 @@ def _head_padded(model: "VisionTransformer", x: torch.Tensor, valid: torch.Tenso
     return pooled if pre_logits else model.head(pooled)
 
 
-def forward_padded(model: "VisionTransformer", batch: NaFlexBatch):
+def forward_padded(model: nn.Module, batch: NaFlexBatch):
     """Logits on timm's padded, masked layout: the same outputs as the packed path, with data-independent shapes."""
     return _head_padded(model, features_padded(model, batch), batch.patch_valid)

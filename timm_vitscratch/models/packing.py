@@ -42,16 +42,19 @@ class PackedSegments:
         token-major, the layout the output projection reads without another copy.
         """
         heads, head_dim = q.shape[1], q.shape[3]
-        outputs, start, image = [], 0, 0
-        for length, count in self.groups:
-            end = start + length * count
+        sizes = [length * count for length, count in self.groups]
+        # split (its backward is one concatenation), then per group a (count, heads, length, head_dim) view
+        def parts(t: torch.Tensor) -> List[torch.Tensor]:
+            t = t.squeeze(0)
+            return [t] if len(sizes) == 1 else list(t.split(sizes, dim=1))
 
-            def runs(t: torch.Tensor) -> torch.Tensor:  # (count, heads, length, head_dim) view of the run
-                return t[0, :, start:end].unflatten(1, (count, length)).transpose(0, 1)
-
+        runs = [[part.unflatten(1, (count, length)).transpose(0, 1) for part, (length, count) in zip(parts(t), self.groups)]
+                for t in (q, k, v)]
+        outputs, image = [], 0
+        for (length, count), q_run, k_run, v_run in zip(self.groups, *runs):
             mask = None if self.masks is None else torch.cat(self.masks[image:image + count])
-            out = attention(runs(q), runs(k), runs(v), mask)
+            out = attention(q_run, k_run, v_run, mask)
             outputs.append(out.transpose(1, 2).reshape(count * length, heads, head_dim))
-            start, image = end, image + count
+            image += count
         tokens = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
         return tokens.unsqueeze(0).transpose(1, 2)

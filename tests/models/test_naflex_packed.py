@@ -148,10 +148,11 @@ def test_padded_path_equals_packed_path(options):
     model = tiny(options.pop("name", "scratch_vit_ti16"), num_classes=5, **options).eval()
     batch = naflex_batch(images(MIXED_SIZES), patch_size=8, max_seq_len=80)
     with torch.no_grad():
-        packed = model(batch)
+        packed, packed_features = model(batch), model.forward_features(batch)["patches"]
         model.naflex_packed = False
-        padded = model(batch)
+        padded, padded_features = model(batch), model.forward_features(batch)["patches"]
     assert (padded - packed).abs().max() <= 1e-5
+    assert (padded_features - packed_features).abs().max() <= 1e-5  # zeros at padding in both
 
 
 def test_resize_weights_are_torchs_antialiased_bicubic():

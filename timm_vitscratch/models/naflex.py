@@ -398,7 +398,10 @@ def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
 def forward_features(model: nn.Module, batch: NaFlexBatch) -> Dict[str, torch.Tensor]:
     """timm's NaFlex ``forward_features``: ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}`` (zeros at padding)."""
     if _exporting() or not model.naflex_packed:
-        return {"patches": features_padded(model, batch), "patch_valid": batch.patch_valid}
+        keep = torch.cat([batch.patch_valid.new_ones(batch.patch_valid.shape[0], model.num_prefix_tokens),
+                          batch.patch_valid], dim=1)
+        tokens = features_padded(model, batch).masked_fill(~keep[..., None], 0.0)
+        return {"patches": tokens, "patch_valid": batch.patch_valid}
     packed = pack(model, batch)
     x, _ = run_blocks(model, packed)
     return {"patches": unpack(packed, model.norm(x), model.num_prefix_tokens), "patch_valid": batch.patch_valid}

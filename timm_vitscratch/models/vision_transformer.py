@@ -12,8 +12,8 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
-from .checkpoint_filter import load_pretrained, remap_on_load
 from . import naflex
+from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
     WEIGHT_INITS, ActLayer, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
     norm_layer_eps, normal_init_, resolve_act_layer, sincos_2d_pos_embed,

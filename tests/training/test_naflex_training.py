@@ -10,6 +10,7 @@ commands themselves.
 """
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,7 @@ def test_train_py_and_validate_py_naflex_sequences(image_root, tmp_path):
     """train.py --naflex-loader --naflex-train-seq-lens 16 32 64 -b 4 --epochs 4 --opt adamw --lr 2e-3, then
     validate.py --naflex-loader --checkpoint model_best.pth.tar on the validation split."""
     torch.manual_seed(0)
+    random.seed(0)  # timm's augmentations draw from Python's generator
     model = _model()
     patch_size = model.get_patch_size()  # what train.py reads for the loader
     task = ClassificationTask(model, verbose=False)

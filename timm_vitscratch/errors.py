@@ -45,3 +45,15 @@ class PretrainedWeightsUnavailable(OSError):
     The message names the tag, the Hub repo or URL the weights come from, the cache path where they
     would be found, and how to provide them offline. The download's own error is the ``__cause__``.
     """
+
+
+class NaFlexBatchError(ValueError):
+    """A NaFlex batch (``patches``, ``patch_coord``, ``patch_valid``, ``attn_mask``) the model cannot take.
+
+    ``field`` names the entry that is wrong; the message says what it holds and what was expected.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"NaFlex batch {field!r}: {problem}")

@@ -15,6 +15,8 @@ from timm.layers import LayerNorm as TimmLayerNorm
 from timm.layers import Format, get_act_layer, get_norm_layer, resample_patch_embed
 from torch import nn
 
+from .packing import PackedSegments
+
 ATTN_IMPLS = ("sdpa", "eager")
 #: Weight-init schemes, as timm's ``weight_init`` argument names them.
 WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
@@ -279,16 +281,32 @@ class Attention(nn.Module):
         q, k, _ = self._split_heads(x)
         return _masked_softmax_attention(q, k, self.scale, None)
 
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """softmax(q k^T * scale + mask) v over (B, heads, N, head_dim) tensors: fused (SDPA), or materialised
+        and passed through ``attn_drop`` (where timm's ``AttentionExtract`` reads it), as ``fused_attn`` says."""
+        if self.fused_attn:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
+            )
+        return self.attn_drop(_masked_softmax_attention(q, k, self.scale, attn_mask)) @ v
+
+    @torch.jit.unused
+    def _attention_maybe_packed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """NaFlex: for a packed sequence ``attn_mask`` is its ``PackedSegments``; each image attends to itself."""
+        if isinstance(attn_mask, PackedSegments):
+            return attn_mask.attend(q, k, v, self._attention)
+        return self._attention(q, k, v, attn_mask)
+
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
         batch, _, queries, _ = q.shape
-        if self.fused_attn:
-            x = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
-            )
+        if torch.jit.is_scripting():
+            x = self._attention(q, k, v, attn_mask)
         else:
-            x = self.attn_drop(_masked_softmax_attention(q, k, self.scale, attn_mask)) @ v
+            x = self._attention_maybe_packed(q, k, v, attn_mask)
         # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
         # so this reshape is a view, not a copy
         x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
@@ -464,15 +482,16 @@ class AttentionPool(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``attn_mask`` (SDPA's convention, e.g. (B, 1, 1, N) bool) leaves out keys, as NaFlex padding."""
         batch, tokens, dim = x.shape
         q = self.q(self.latent.expand(batch, -1, -1)).view(batch, 1, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(x).view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
         q, k, v = self.q_norm(q), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
         if self.fused_attn:
-            x = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)
         else:
-            x = _masked_softmax_attention(q, k, self.scale, None) @ v
+            x = _masked_softmax_attention(q, k, self.scale, attn_mask) @ v
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, 1, dim)))
         x = x + self.mlp(self.norm(x))
         return x[:, 0]

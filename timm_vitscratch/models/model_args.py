@@ -112,6 +112,7 @@ OPTIONS: Dict[str, Option] = {
     "attn_impl": Option("choice", choices=("sdpa", "eager"), nullable=True),
     "norm_eps": Option("float", 0.0, 0.1, open_low=True),
     "pooled_forward": _BOOL,
+    "patchify_channels_last": _BOOL,
 }
 
 

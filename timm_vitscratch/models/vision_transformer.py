@@ -12,6 +12,7 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
+from . import naflex
 from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
     WEIGHT_INITS, ActLayer, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
@@ -78,7 +79,11 @@ class VisionTransformer(nn.Module):
     ``head_dist``; in training with ``distilled_training`` the forward returns
     ``(head, head_dist)``, otherwise their mean), ``pos_embed='sincos'`` (a fixed table),
     ``attn_impl`` (``'sdpa'`` or ``'eager'``; default: timm's ``use_fused_attn()``),
-    ``norm_eps``, ``pooled_forward`` and timm's ``device`` / ``dtype`` factory arguments.
+    ``norm_eps``, ``pooled_forward``, ``patchify_channels_last`` (the flat layout of NaFlex patches:
+    row, column, channel as timm's loader makes them; False = channel, row, column) and timm's
+    ``device`` / ``dtype`` factory arguments.
+
+    NaFlex batches (``model(batch_dict)``, docs/native_resolution.md) run packed: models/naflex.py.
 
     ``forward`` computes what timm's does, module by module, so forward and backward hooks see
     timm's tensors. ``pooled_forward=True`` (or ``set_pooled_forward()``) opts into a faster
@@ -130,6 +135,7 @@ class VisionTransformer(nn.Module):
         attn_impl: Optional[str] = None,
         norm_eps: float = 1e-6,
         pooled_forward: bool = False,
+        patchify_channels_last: bool = True,
         device: Optional[Union[str, torch.device]] = None,
         dtype: Optional[torch.dtype] = None,
     ) -> None:
@@ -158,6 +164,9 @@ class VisionTransformer(nn.Module):
         self.pool_include_prefix = pool_include_prefix
         self.dynamic_img_size = dynamic_img_size
         self.pooled_forward = pooled_forward
+        # NaFlex batches: the flat patch layout, and packed (True) or timm's padded layout (export takes that)
+        self.patchify_channels_last = patchify_channels_last
+        self.naflex_packed = True
         self.weight_init_mode = weight_init
         self.grad_checkpointing = False
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
@@ -353,6 +362,11 @@ class VisionTransformer(nn.Module):
         self.grad_checkpointing = enable
 
     @torch.jit.ignore
+    def get_patch_size(self) -> Tuple[int, int]:
+        """The (height, width) patch size; timm's train.py reads it to patchify NaFlex batches."""
+        return self.patch_embed.patch_size
+
+    @torch.jit.ignore
     def set_distilled_training(self, enable: bool = True) -> None:
         """Distilled models only: training forward returns ``(head, head_dist)`` when enabled."""
         if enable and not self.distilled:
@@ -486,8 +500,16 @@ class VisionTransformer(nn.Module):
                 x = block(x, attn_mask)
         return x
 
-    def forward_features(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """(B, C, H, W) image -> (B, prefix + N, D) tokens after the final norm."""
+    def forward_features(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                         patch_valid: Optional[torch.Tensor] = None, patch_coord: Optional[torch.Tensor] = None):
+        """(B, C, H, W) image -> (B, prefix + N, D) tokens after the final norm.
+
+        A NaFlex batch (a dict, or patches with ``patch_coord`` and ``patch_valid``) gives timm's
+        ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}``, computed packed.
+        """
+        if not torch.jit.is_scripting():  # TorchScript leaves this block out
+            if naflex.is_naflex_call(x, patch_coord, patch_valid):
+                return naflex.forward_features(self, naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord))
         return self.norm(self._blocks(self._embed(x), attn_mask))
 
     def pooled_token_count(self) -> int:
@@ -542,8 +564,17 @@ class VisionTransformer(nn.Module):
             return x.amax(dim=1)
         return 0.5 * (x.amax(dim=1) + x.mean(dim=1))  # avgmax
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False):
-        """Tokens from ``forward_features`` -> logits (or the pooled pre-logit features)."""
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, patch_valid: Optional[torch.Tensor] = None):
+        """Tokens from ``forward_features`` -> logits (or the pooled pre-logit features).
+
+        NaFlex features (the dict ``forward_features`` returns, or padded tokens with ``patch_valid``)
+        pool over each image's valid tokens only.
+        """
+        if not torch.jit.is_scripting():  # TorchScript leaves this block out
+            if isinstance(x, dict) or patch_valid is not None:
+                if isinstance(x, dict):
+                    x, patch_valid = x["patches"], x.get("patch_valid", patch_valid)
+                return naflex.forward_head(self, x, patch_valid, pre_logits)
         if self.head_dist is not None:
             x_cls, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
             if pre_logits:
@@ -555,13 +586,21 @@ class VisionTransformer(nn.Module):
         x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x))))
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None):
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                patch_valid: Optional[torch.Tensor] = None, patch_coord: Optional[torch.Tensor] = None):
         """Logits: ``forward_head(forward_features(x))``, timm's computation.
 
         Opted into with ``pooled_forward`` (``set_pooled_forward()``), a head that reads only
         leading tokens gets them from ``forward_pooled_tokens`` (equal logits, less work). An
         attention mask or FX tracing takes the full path.
+
+        NaFlex: ``x`` may be timm's NaFlex batch dict (``patches``, ``patch_coord``, ``patch_valid``,
+        optional ``attn_mask``), or patches with ``patch_coord`` / ``patch_valid`` as keywords or in
+        timm's ``NaFlexVit`` positional order ``(patches, patch_coord, patch_valid)``.
         """
+        if not torch.jit.is_scripting():  # TorchScript leaves this block out
+            if naflex.is_naflex_call(x, patch_coord, patch_valid):
+                return naflex.forward(self, naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord))
         if self.pooled_forward and attn_mask is None and self.pooled_token_count() > 0 and not _is_fx_proxy(x):
             return self.forward_head(self.forward_pooled_tokens(x))
         return self.forward_head(self.forward_features(x, attn_mask))
@@ -588,8 +627,13 @@ class VisionTransformer(nn.Module):
         intermediates_only: bool = False,
         output_dict: bool = False,
         attn_mask: Optional[torch.Tensor] = None,
+        patch_coord: Optional[torch.Tensor] = None,
+        patch_valid: Optional[torch.Tensor] = None,
     ):
         """timm's intermediate-feature API: block outputs at ``indices`` as NCHW maps or NLC tokens.
+
+        A NaFlex batch gives NLC tokens in the batch's padded layout (with ``output_dict`` also its
+        ``patch_valid``), computed packed, as timm's ``NaFlexVit`` does.
 
         Returns ``(final_features, intermediates)``, the intermediates alone
         (``intermediates_only``), or with ``output_dict`` a dict with ``'image_intermediates'``,
@@ -599,6 +643,10 @@ class VisionTransformer(nn.Module):
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = _take_indices(len(self.blocks), indices)
+        if naflex.is_naflex_call(x, patch_coord, patch_valid):
+            return naflex.forward_intermediates(
+                self, naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord), take_indices, max_index,
+                return_prefix_tokens, norm, stop_early, output_fmt, intermediates_only, output_dict)
         wanted = set(take_indices)
         batch, _, height, width = x.shape
         x = self._embed(x)

@@ -1,0 +1,60 @@
+"""Packed sequences: the tokens of several images back to back in one sequence, attention per image.
+
+A NaFlex batch pads every image to one length. Packed, the valid tokens of all images form one
+sequence of shape (1, L, D): linear layers, norms and MLPs run on real tokens only, and attention
+runs per image over that image's contiguous run (block-diagonal, never across images).
+"""
+from __future__ import annotations
+
+from itertools import groupby
+from typing import Callable, List, Optional, Sequence
+
+import torch
+
+#: ``attention(q, k, v, attn_mask)`` over (batch, heads, n, head_dim) tensors -> (batch, heads, n, head_dim)
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
+
+
+class PackedSegments:
+    """Where each image's tokens lie in a packed sequence: contiguous runs of ``lengths`` tokens.
+
+    Passed where a block takes its ``attn_mask``; the attention layer then attends within each run.
+    ``masks`` (optional, one per image) are the images' own attention masks, SDPA's convention.
+    """
+
+    def __init__(self, lengths: Sequence[int], masks: Optional[List[torch.Tensor]] = None) -> None:
+        self.lengths = list(lengths)
+        self.masks = masks
+        # neighbouring runs of one length attend in one batched call: (length, count) pairs
+        self.groups = [(length, len(list(run))) for length, run in groupby(self.lengths)]
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @torch.compiler.disable  # per-image lengths are data: compiled code around it stays shape-generic
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
+        """(1, heads, L, head_dim) q, k, v -> (1, heads, L, head_dim), each run attending to itself only.
+
+        Neighbouring images of equal length are one batch of the attention call (views, no copies);
+        the others one call each: the same kernel each image alone would run. On CPU this is the
+        fastest exact choice: nested-tensor SDPA falls back to a far slower path there, and a dense
+        block-diagonal mask would cost the square of the whole sequence. The outputs are written
+        token-major, the layout the output projection reads without another copy.
+        """
+        heads, head_dim = q.shape[1], q.shape[3]
+        sizes = [length * count for length, count in self.groups]
+        # split (its backward is one concatenation), then per group a (count, heads, length, head_dim) view
+        def parts(t: torch.Tensor) -> List[torch.Tensor]:
+            t = t.squeeze(0)
+            return [t] if len(sizes) == 1 else list(t.split(sizes, dim=1))
+
+        runs = [[part.unflatten(1, (count, length)).transpose(0, 1) for part, (length, count) in zip(parts(t), self.groups)]
+                for t in (q, k, v)]
+        outputs, image = [], 0
+        for (length, count), q_run, k_run, v_run in zip(self.groups, *runs):
+            mask = None if self.masks is None else torch.cat(self.masks[image:image + count])
+            out = attention(q_run, k_run, v_run, mask)
+            outputs.append(out.transpose(1, 2).reshape(count * length, heads, head_dim))
+            image += count
+        tokens = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        return tokens.unsqueeze(0).transpose(1, 2)

@@ -26,17 +26,26 @@ MODEL_HELP = ("a registered name (scratch_vit_b16), a pretrained tag (scratch_vi
 
 
 def version() -> str:
-    """The installed distribution's version (read from its metadata: the package itself stays unimported)."""
-    from importlib.metadata import PackageNotFoundError, version as installed_version
+    """The package's ``__version__``, read from its source as setuptools reads it for the wheel's metadata.
 
-    try:
-        return installed_version("timm_vitscratch")
-    except PackageNotFoundError:
-        return "unknown (timm_vitscratch is not installed; run from a source tree)"
+    Neither imported (that would import torch) nor looked up in the installed metadata (a scan of every
+    installed distribution, slower than the rest of ``--version``); and it is the version of the code
+    that runs, even from a source tree on ``PYTHONPATH``.
+    """
+    import ast
+    from importlib.util import find_spec
+
+    spec = find_spec("timm_vitscratch")
+    if spec is None or spec.origin is None:
+        return "unknown (timm_vitscratch is not importable)"
+    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
+            return str(ast.literal_eval(node.value))
+    return "unknown (no __version__ in timm_vitscratch/__init__.py)"
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: reads the version only when asked (importlib.metadata costs a tenth of a second)."""
+    """``--version``: reads the version only when asked."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)

@@ -260,7 +260,7 @@ def _download(repo_id: str, revision: Optional[str], token: Optional[str], label
 
 def _recorded_sha256(snapshot: Path) -> Optional[str]:
     try:
-        return read_config(snapshot).get(METADATA_KEY, {}).get("sha256")
+        return read_config(snapshot, contained=False).get(METADATA_KEY, {}).get("sha256")
     except (OSError, ValueError, AttributeError):
         return None  # check_model_directory reports a missing or malformed config.json
 

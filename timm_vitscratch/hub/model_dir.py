@@ -123,17 +123,18 @@ def write_config(directory: PathLike, config: Dict[str, Any]) -> Path:
     return path
 
 
-def read_config(directory: PathLike) -> Dict[str, Any]:
+def read_config(directory: PathLike, contained: bool = True) -> Dict[str, Any]:
     """Read a model directory's ``config.json``: a JSON object, or a clear error naming the file.
 
     Raises ``FileNotFoundError`` when it is missing and :class:`ModelDirectoryError` (a ``ValueError``)
-    when it is not a regular file inside the directory, is too large or too deeply nested, or is not
-    UTF-8 JSON holding an object (see :mod:`timm_vitscratch.reading`).
+    when it is not a regular file (inside the directory, unless ``contained=False``: a Hugging Face
+    cache snapshot, whose files are symlinks into the cache's blobs), is too large or too deeply nested,
+    or is not UTF-8 JSON holding an object (see :mod:`timm_vitscratch.reading`).
     """
     path = Path(directory) / CONFIG_NAME
     if not os.path.lexists(path):
         raise FileNotFoundError(f"{path} not found: a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    return read_json_object(path, ModelDirectoryError, inside=directory)
+    return read_json_object(path, ModelDirectoryError, inside=directory if contained else None)
 
 
 def write_model_directory(

@@ -109,7 +109,10 @@ def test_model_args_values_and_keys(loader, tmp_path):
         assert set(os.listdir(tmp_path)) <= {"model", "out"}, f"{edits}: wrote {os.listdir(tmp_path)}"
         return results
 
-    run_cases(name, PLAN[name], st.lists(st.tuples(KEYS, VALUES), min_size=1, max_size=3), check)
+    # hostile edits, mixed with edits a valid config may make (so both outcomes are always exercised)
+    benign = st.sampled_from([("qkv_bias", True), ("drop_rate", 0.1), ("global_pool", "token"), ("depth", 2),
+                              ("act_layer", "gelu"), ("norm_eps", 1e-6), ("drop_path_rate", 0.0)])
+    run_cases(name, PLAN[name], st.lists(benign | st.tuples(KEYS, VALUES), min_size=1, max_size=3), check)
     assert CASES[name]["ok"] > 0 and CASES[name]["error"] > 0
 
 

@@ -6,6 +6,7 @@ The ``.pth`` must land at the root of site-packages, where ``site`` runs it at e
 ``editable_wheel`` from an editable "strategy" and ignore ``build_lib``, so we wrap the strategy and
 write the file into the same wheel, which keeps it in RECORD (``pip uninstall`` removes it).
 """
+
 from pathlib import Path
 
 from setuptools import setup

@@ -15,6 +15,7 @@ the models.
 This module is loaded at every interpreter start-up: keep it free of imports beyond ``os`` and
 ``sys`` (both already loaded by then).
 """
+
 import os
 import sys
 
@@ -32,7 +33,7 @@ def import_plugin(plugin: str) -> None:
     """Import ``plugin``; a failure becomes a warning so that importing timm itself still works."""
     try:
         __import__(plugin)
-    except Exception as err:  # noqa: BLE001  (any failure of ours must not break `import timm`)
+    except Exception as err:
         import warnings
 
         warnings.warn(

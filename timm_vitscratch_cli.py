@@ -5,6 +5,7 @@ registers the models with timm, which imports torch and timm (seconds). Parsing,
 ``--version`` need neither, so they import nothing beyond the standard library; each command
 imports what it needs when it runs. ``python -m timm_vitscratch.cli`` runs the same ``main``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,6 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 PROG = "vitscratch"
 #: choices shown by --help, spelled out here so that --help imports no torch; tests/packaging/test_cli.py
@@ -21,8 +21,10 @@ PROG = "vitscratch"
 SOURCE_CHOICES = ("auto", "timm", "torchvision", "transformers", "jax")
 DTYPE_CHOICES = ("float32", "float16", "bfloat16")
 EXPORT_CHOICES = ("timm", "torchvision", "jax")
-MODEL_HELP = ("a registered name (scratch_vit_b16), a pretrained tag (scratch_vit_b16.tv_in1k), a model "
-              "directory (config.json + model.safetensors), local-dir:DIR or hf-hub:ORG/NAME")
+MODEL_HELP = (
+    "a registered name (scratch_vit_b16), a pretrained tag (scratch_vit_b16.tv_in1k), a model "
+    "directory (config.json + model.safetensors), local-dir:DIR or hf-hub:ORG/NAME"
+)
 
 
 def version() -> str:
@@ -68,8 +70,9 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     from timm_vitscratch.inspect.report import build_report
 
     try:
-        report = build_report(args.model, num_classes=args.num_classes, img_size=args.img_size, batch=args.batch,
-                              layers=args.layers)
+        report = build_report(
+            args.model, num_classes=args.num_classes, img_size=args.img_size, batch=args.batch, layers=args.layers
+        )
     except Exception as error:
         return _model_failure(error, args.model)
     print(json.dumps(report, indent=2) if args.json else render_report(report).rstrip("\n"))
@@ -92,11 +95,11 @@ def _model_failure(error: BaseException, model: str) -> int:
     """A failure to read an ``hf-hub:`` model is told as push and pull tell theirs; anything else goes on."""
     if not model.startswith("hf-hub:"):
         raise error
-    repo_id, _, revision = model[len("hf-hub:"):].partition("@")
+    repo_id, _, revision = model[len("hf-hub:") :].partition("@")
     return _hub_failure(error, repo_id, revision or None)
 
 
-def _hub_failure(error: BaseException, repo_id: str, revision: Optional[str]) -> int:
+def _hub_failure(error: BaseException, repo_id: str, revision: str | None) -> int:
     from timm_vitscratch.hub.client import describe_hub_error, is_hub_failure
 
     if not is_hub_failure(error):
@@ -110,9 +113,16 @@ def _cmd_push(args: argparse.Namespace) -> int:
     from timm_vitscratch.hub.client import push
 
     try:
-        info = push(args.source, args.repo_id, revision=args.revision, private=args.private,
-                    commit_message=args.commit_message, labels=args.labels, replace_card=args.replace_card,
-                    strict=args.strict)
+        info = push(
+            args.source,
+            args.repo_id,
+            revision=args.revision,
+            private=args.private,
+            commit_message=args.commit_message,
+            labels=args.labels,
+            replace_card=args.replace_card,
+            strict=args.strict,
+        )
     except PretrainedWeightsUnavailable:
         raise  # the tag's source failed, not REPO_ID: its own message names the repo or URL
     except Exception as error:
@@ -135,9 +145,20 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 def _cmd_convert(args: argparse.Namespace) -> int:
     from timm_vitscratch.convert import convert
 
-    result = convert(args.src, args.out_dir, source=args.source, model=args.model, img_size=args.img_size,
-                     dtype=args.dtype, ema=args.ema, verify=args.verify, num_heads=args.num_heads,
-                     labels=args.labels, strict=args.strict, force=args.force)
+    result = convert(
+        args.src,
+        args.out_dir,
+        source=args.source,
+        model=args.model,
+        img_size=args.img_size,
+        dtype=args.dtype,
+        ema=args.ema,
+        verify=args.verify,
+        num_heads=args.num_heads,
+        labels=args.labels,
+        strict=args.strict,
+        force=args.force,
+    )
     how = "detected from its keys" if result.detected else "as given by --from"
     wrapper = f", weights from {result.wrapper!r}" if result.wrapper else ""
     print(f"source: {args.src} ({result.source_format} format, {how}{wrapper})")
@@ -145,8 +166,10 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     for note in result.assumption_notes:
         print(note)
     if result.resampled_from:
-        print(f"position embedding resampled from {result.resampled_from[0]}x{result.resampled_from[1]} "
-              f"to img_size {result.model_args['img_size']}")
+        print(
+            f"position embedding resampled from {result.resampled_from[0]}x{result.resampled_from[1]} "
+            f"to img_size {result.model_args['img_size']}"
+        )
     print(f"wrote {result.out_dir}/model.safetensors (sha256 {result.sha256}) and {result.out_dir}/config.json")
     if result.verification is not None:
         print(f"verify: {result.verification.summary()}")
@@ -182,21 +205,25 @@ def build_parser() -> argparse.ArgumentParser:
     return _parsers()[0]
 
 
-def command_parsers() -> Dict[str, argparse.ArgumentParser]:
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
     """Each command's parser by name (for the docs test, and anything else that lists the commands)."""
     return _parsers()[1]
 
 
-def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog=PROG, description="From-scratch ViTs for timm.")
     parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p_list = commands.add_parser("list", help="the zoo with true and torchsummary parameter counts")
-    p_list.add_argument("--no-reference", action="store_true",
-                        help="skip torchvision's reference counts (the last two columns)")
-    p_list.add_argument("--pretrained", action="store_true",
-                        help="the pretrained tags instead: weights, classes, preprocessing, license, top-1")
+    p_list.add_argument(
+        "--no-reference", action="store_true", help="skip torchvision's reference counts (the last two columns)"
+    )
+    p_list.add_argument(
+        "--pretrained",
+        action="store_true",
+        help="the pretrained tags instead: weights, classes, preprocessing, license, top-1",
+    )
     p_list.set_defaults(func=_cmd_list)
 
     p_summary = commands.add_parser("summary", help="parameter counts of one model, explained")
@@ -210,75 +237,124 @@ def _parsers() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentPars
 
     p_attention = commands.add_parser("attention", help="PNG of what the model attends to (CLS attention, rollout)")
     p_attention.add_argument("image", help="image file Pillow can read")
-    p_attention.add_argument("--model", required=True,
-                             help=MODEL_HELP + " (a bare name has random weights; a tag loads its weights)")
+    p_attention.add_argument(
+        "--model", required=True, help=MODEL_HELP + " (a bare name has random weights; a tag loads its weights)"
+    )
     p_attention.add_argument("--out", default=None, help="PNG to write (default: IMAGE_STEM.attention.png here)")
     p_attention.add_argument("--img-size", type=int, default=None, help="image side in pixels (default: the model's)")
     p_attention.set_defaults(func=_cmd_attention)
 
     p_push = commands.add_parser("push", help="push a model directory (or a registered model) to the Hub")
-    p_push.add_argument("source", metavar="DIR_OR_MODEL",
-                        help="a model directory (config.json + model.safetensors) or a registered model name[.tag]")
+    p_push.add_argument(
+        "source",
+        metavar="DIR_OR_MODEL",
+        help="a model directory (config.json + model.safetensors) or a registered model name[.tag]",
+    )
     p_push.add_argument("repo_id", metavar="REPO_ID", help="namespace/name on the Hub (HF_ENDPOINT, HF_TOKEN)")
     p_push.add_argument("--revision", default=None, help="branch to commit to, created if missing (default: main)")
     p_push.add_argument("--private", action="store_true", help="create the repo private")
     p_push.add_argument("--commit-message", default=None, help="commit message")
-    p_push.add_argument("--labels", default=None, metavar="FILE_OR_DIR",
-                        help="label names for the pushed config.json: a file with one per line, or an image "
-                             "folder's class directories (one per class)")
-    p_push.add_argument("--replace-card", action="store_true",
-                        help="replace the repo's README.md with a generated model card when DIR has none "
-                             "(default: an existing card is kept)")
-    p_push.add_argument("--strict", action="store_true",
-                        help="refuse weights holding NaN or Inf (default: push them with a warning)")
+    p_push.add_argument(
+        "--labels",
+        default=None,
+        metavar="FILE_OR_DIR",
+        help="label names for the pushed config.json: a file with one per line, or an image "
+        "folder's class directories (one per class)",
+    )
+    p_push.add_argument(
+        "--replace-card",
+        action="store_true",
+        help="replace the repo's README.md with a generated model card when DIR has none "
+        "(default: an existing card is kept)",
+    )
+    p_push.add_argument(
+        "--strict", action="store_true", help="refuse weights holding NaN or Inf (default: push them with a warning)"
+    )
     p_push.set_defaults(func=_cmd_push)
 
     p_pull = commands.add_parser("pull", help="download a model from the Hub, verify it and install it into OUT_DIR")
     p_pull.add_argument("repo_id", metavar="REPO_ID", help="namespace/name on the Hub")
     p_pull.add_argument("--revision", default=None, help="branch or commit id (default: main)")
-    p_pull.add_argument("out_dir", metavar="OUT_DIR",
-                        help="directory to create, parents included (must be absent or empty)")
+    p_pull.add_argument(
+        "out_dir", metavar="OUT_DIR", help="directory to create, parents included (must be absent or empty)"
+    )
     p_pull.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
-    p_pull.add_argument("--strict", action="store_true",
-                        help="refuse weights holding NaN or Inf (default: install them with a warning)")
+    p_pull.add_argument(
+        "--strict", action="store_true", help="refuse weights holding NaN or Inf (default: install them with a warning)"
+    )
     p_pull.set_defaults(func=_cmd_pull)
 
     p_convert = commands.add_parser(
-        "convert", help="timm / torchvision / transformers / JAX weights -> a scratch model directory")
-    p_convert.add_argument("src", help="checkpoint file (.safetensors, .pth/.pt/.bin/.pth.tar, .npz) or model directory")
+        "convert", help="timm / torchvision / transformers / JAX weights -> a scratch model directory"
+    )
+    p_convert.add_argument(
+        "src", help="checkpoint file (.safetensors, .pth/.pt/.bin/.pth.tar, .npz) or model directory"
+    )
     p_convert.add_argument("out_dir", help="directory for model.safetensors + config.json (created if missing)")
-    p_convert.add_argument("--from", dest="source", default="auto", choices=SOURCE_CHOICES,
-                           help="checkpoint format (default: recognised from its keys)")
-    p_convert.add_argument("--model", default=None,
-                           help="scratch_* variant to convert to (default: inferred from the shapes, checked if given)")
-    p_convert.add_argument("--img-size", type=_positive_int("img size"), default=None,
-                           help="input size of the converted model; the position embedding is resampled")
-    p_convert.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
-                           help="dtype of the written weights (default: as stored)")
-    p_convert.add_argument("--ema", action="store_true",
-                           help="take the EMA weights (state_dict_ema) of a timm train.py checkpoint")
-    p_convert.add_argument("--verify", action="store_true",
-                           help="compare features and logits with the source library's model; fail (write nothing) "
-                                "above 1e-4 or when the logits cannot tell the weights apart")
-    p_convert.add_argument("--num-heads", type=int, default=None,
-                           help="attention heads, for checkpoints that do not record them (default: the source's "
-                                "config, else assumed and said)")
-    p_convert.add_argument("--strict", action="store_true",
-                           help="refuse (write nothing) when any architecture fact (heads, activation, LayerNorm "
-                                "eps) would be assumed rather than read from the checkpoint or its config")
-    p_convert.add_argument("--labels", default=None, metavar="FILE_OR_DIR",
-                           help="label names: a file with one per line, or an image folder's class directories")
-    p_convert.add_argument("--force", action="store_true",
-                           help="write into a non-empty OUT_DIR that is not a model directory (its config.json and "
-                                "model.safetensors are replaced, its other files kept)")
+    p_convert.add_argument(
+        "--from",
+        dest="source",
+        default="auto",
+        choices=SOURCE_CHOICES,
+        help="checkpoint format (default: recognised from its keys)",
+    )
+    p_convert.add_argument(
+        "--model",
+        default=None,
+        help="scratch_* variant to convert to (default: inferred from the shapes, checked if given)",
+    )
+    p_convert.add_argument(
+        "--img-size",
+        type=_positive_int("img size"),
+        default=None,
+        help="input size of the converted model; the position embedding is resampled",
+    )
+    p_convert.add_argument(
+        "--dtype", choices=DTYPE_CHOICES, default=None, help="dtype of the written weights (default: as stored)"
+    )
+    p_convert.add_argument(
+        "--ema", action="store_true", help="take the EMA weights (state_dict_ema) of a timm train.py checkpoint"
+    )
+    p_convert.add_argument(
+        "--verify",
+        action="store_true",
+        help="compare features and logits with the source library's model; fail (write nothing) "
+        "above 1e-4 or when the logits cannot tell the weights apart",
+    )
+    p_convert.add_argument(
+        "--num-heads",
+        type=int,
+        default=None,
+        help="attention heads, for checkpoints that do not record them (default: the source's "
+        "config, else assumed and said)",
+    )
+    p_convert.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse (write nothing) when any architecture fact (heads, activation, LayerNorm "
+        "eps) would be assumed rather than read from the checkpoint or its config",
+    )
+    p_convert.add_argument(
+        "--labels",
+        default=None,
+        metavar="FILE_OR_DIR",
+        help="label names: a file with one per line, or an image folder's class directories",
+    )
+    p_convert.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty OUT_DIR that is not a model directory (its config.json and "
+        "model.safetensors are replaced, its other files kept)",
+    )
     p_convert.set_defaults(func=_cmd_convert)
 
     p_export = commands.add_parser("export", help="a scratch model directory -> timm / torchvision / JAX weights")
     p_export.add_argument("model_dir", help="directory written by convert (model.safetensors + config.json)")
     p_export.add_argument("--to", required=True, choices=EXPORT_CHOICES, help="target layout")
     p_export.add_argument("out", help="output file: .safetensors or .pth (timm, torchvision), .npz (jax)")
-    p_export.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
-                          help="dtype of the written weights (default: as stored)")
+    p_export.add_argument(
+        "--dtype", choices=DTYPE_CHOICES, default=None, help="dtype of the written weights (default: as stored)"
+    )
     p_export.set_defaults(func=_cmd_export)
     return parser, dict(commands.choices)
 
@@ -294,7 +370,7 @@ def _quiet_closed_pipe() -> int:
     return 0
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 (warnings' hook)
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """The package's own warnings (NaN weights, ...) as one line a person reads; others as Python shows them."""
     if category.__module__.startswith("timm_vitscratch"):
         print(f"{PROG}: warning: {message}", file=sys.stderr)
@@ -305,7 +381,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _python_show_warning = warnings.showwarning
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _show_warning
     try:

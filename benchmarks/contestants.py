@@ -1,8 +1,8 @@
 """The models a benchmark compares: ours, timm's equivalent and torchvision's, per variant."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
 
 import timm
 from torch import nn
@@ -19,7 +19,7 @@ class Variant:
     timm: str
 
 
-VARIANTS: Dict[str, Variant] = {
+VARIANTS: dict[str, Variant] = {
     "ti16": Variant("scratch_vit_ti16", "vit_tiny_patch16_224"),
     "s16": Variant("scratch_vit_s16", "vit_small_patch16_224"),
     "b16": Variant("scratch_vit_b16", "vit_base_patch16_224"),
@@ -62,12 +62,12 @@ def create_pretrained(contestant: str, variant: str, weights: str) -> nn.Module:
     if contestant != "timm" and contestant not in OUR_OPTIONS:
         raise ValueError(f"pretrained loading compares ours and timm, not {contestant!r}")
     extra = OUR_OPTIONS.get(contestant, {})
-    return timm.create_model(name, pretrained=True, num_classes=1000,
-                             pretrained_cfg_overlay=dict(file=weights, num_classes=1000), **extra)
+    return timm.create_model(
+        name, pretrained=True, num_classes=1000, pretrained_cfg_overlay=dict(file=weights, num_classes=1000), **extra
+    )
 
 
 def check_variant(name: str) -> Variant:
     if name not in VARIANTS:
         raise ValueError(f"unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
     return VARIANTS[name]
-

@@ -16,6 +16,7 @@ printed too), and the ratios ours / naive. The parent never imports torch, so it
 
     python benchmarks/convert_memory.py [--repeats 5] [--workdir DIR] [--keep]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,17 +29,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 ROUTES = ("naive", "naive+fsync", "ours")
 
 
 # --- child side: one conversion, timed ------------------------------------------------------------
 def child(route: str, source_format: str, src: str, out: str) -> None:
-    import torch  # noqa: F401
-    import timm_vitscratch  # noqa: F401  (both routes pay the same imports)
+    import torch
     from safetensors.torch import load_file, save_file
 
+    import timm_vitscratch  # noqa: F401  (both routes pay the same imports)
     from timm_vitscratch.convert import convert
     from timm_vitscratch.convert.formats import formats
 
@@ -52,8 +52,9 @@ def child(route: str, source_format: str, src: str, out: str) -> None:
             state_dict = torch.load(src, map_location="cpu", weights_only=True)
         depth = formats()[source_format].depth(set(state_dict))
         rules = formats()[source_format].key_map(set(state_dict), depth)  # renames only, for these formats
-        renamed = {target: state_dict[rule.sources[0]] for target, rule in rules.items()
-                   if rule.sources[0] in state_dict}
+        renamed = {
+            target: state_dict[rule.sources[0]] for target, rule in rules.items() if rule.sources[0] in state_dict
+        }
         os.makedirs(out, exist_ok=True)
         save_file(renamed, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
         if route == "naive+fsync":  # the durability ours always pays for (atomic_write fsyncs)
@@ -106,7 +107,7 @@ def build_checkpoints(workdir: Path) -> None:
         del model
 
 
-def run_child(args: List[str]) -> Dict[str, float]:
+def run_child(args: list[str]) -> dict[str, float]:
     os.sync()  # start every run with no dirty pages left over from the previous one
     result = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True)
     if result.returncode != 0:
@@ -139,18 +140,22 @@ def main() -> None:
         print(f"import-only peak RSS (torch + timm + timm_vitscratch): {floor['peak_rss_mb']:.0f} MB")
         results = {}
         for source_format, src in sources.items():
-            size = src.stat().st_size / 2 ** 20
-            runs: Dict[str, List[Dict[str, float]]] = {route: [] for route in ROUTES}
+            size = src.stat().st_size / 2**20
+            runs: dict[str, list[dict[str, float]]] = {route: [] for route in ROUTES}
             for repeat in range(args.repeats):
-                order = ROUTES[repeat % len(ROUTES):] + ROUTES[:repeat % len(ROUTES)]  # rotate the order
+                order = ROUTES[repeat % len(ROUTES) :] + ROUTES[: repeat % len(ROUTES)]  # rotate the order
                 for route in order:
                     out = workdir / f"out-{source_format}-{route}"
                     shutil.rmtree(out, ignore_errors=True)
                     runs[route].append(run_child([route, source_format, str(src), str(out)]))
                     shutil.rmtree(out, ignore_errors=True)
-            summary = {route: {"seconds": statistics.median(r["seconds"] for r in rs),
-                               "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs)}
-                       for route, rs in runs.items()}
+            summary = {
+                route: {
+                    "seconds": statistics.median(r["seconds"] for r in rs),
+                    "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
+                }
+                for route, rs in runs.items()
+            }
             results[source_format] = summary
             naive, ours = summary["naive"], summary["ours"]
             print(f"\n{source_format} source ({src.name}, {size:.0f} MB), median of {args.repeats}:")
@@ -158,13 +163,17 @@ def main() -> None:
             for route in ROUTES:
                 row = summary[route]
                 each = " ".join(f"{r['seconds']:.1f}" for r in runs[route])
-                print(f"  {route:12s} {row['seconds']:10.2f} {row['peak_rss_mb']:12.0f} "
-                      f"{row['peak_rss_mb'] - floor['peak_rss_mb']:18.0f}   {each}")
+                print(
+                    f"  {route:12s} {row['seconds']:10.2f} {row['peak_rss_mb']:12.0f} "
+                    f"{row['peak_rss_mb'] - floor['peak_rss_mb']:18.0f}   {each}"
+                )
             above = (ours["peak_rss_mb"] - floor["peak_rss_mb"]) / (naive["peak_rss_mb"] - floor["peak_rss_mb"])
             durable = summary["naive+fsync"]["seconds"]
-            print(f"  ours / naive: time {ours['seconds'] / naive['seconds']:.2f}x "
-                  f"(vs naive+fsync {ours['seconds'] / durable:.2f}x), peak RSS "
-                  f"{ours['peak_rss_mb'] / naive['peak_rss_mb']:.2f}x (above the import floor: {above:.2f}x)")
+            print(
+                f"  ours / naive: time {ours['seconds'] / naive['seconds']:.2f}x "
+                f"(vs naive+fsync {ours['seconds'] / durable:.2f}x), peak RSS "
+                f"{ours['peak_rss_mb'] / naive['peak_rss_mb']:.2f}x (above the import floor: {above:.2f}x)"
+            )
         print("\n" + json.dumps({"import_floor_mb": floor["peak_rss_mb"], **results}))
     finally:
         if not args.keep:

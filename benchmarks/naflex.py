@@ -10,6 +10,7 @@ classic ViT with ``use_naflex=True``, loaded through its own checkpoint filter).
 valid tokens only; ratios are ours/timm, the median of per-round ratios of interleaved rounds, and
 (best) the ratio of each model's fastest round, which background load disturbs least.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,20 +18,21 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import result_records  # noqa: E402
-from timing import calls_for, interleave, make_optimizer, paired_ratio, timed  # noqa: E402
+import result_records
+from timing import calls_for, interleave, make_optimizer, paired_ratio, timed
 
 HERE = Path(__file__).resolve().parent
 PATCH = 16
 #: (rows, columns) of patches per image: per sequence length, a batch with ~60 % padding and one with none
-GRIDS: Dict[Tuple[int, str], Sequence[Tuple[int, int]]] = {
+GRIDS: dict[tuple[int, str], Sequence[tuple[int, int]]] = {
     (256, "~60%"): ((14, 14), (2, 16), (8, 12), (12, 8), (4, 14), (10, 10), (16, 8), (6, 20)),
     (256, "0%"): ((16, 16), (8, 32), (32, 8), (4, 64), (64, 4), (16, 16), (8, 32), (32, 8)),
     (576, "~60%"): ((24, 24), (4, 36), (12, 18), (18, 12), (8, 20), (14, 14), (20, 10), (9, 15)),
@@ -38,7 +40,7 @@ GRIDS: Dict[Tuple[int, str], Sequence[Tuple[int, int]]] = {
 }
 
 
-def naflex_batch(grids: Sequence[Tuple[int, int]], seq_len: int, device: torch.device) -> Dict[str, torch.Tensor]:
+def naflex_batch(grids: Sequence[tuple[int, int]], seq_len: int, device: torch.device) -> dict[str, torch.Tensor]:
     """Random images of the given patch grids, patchified and collated by timm's own NaFlex pieces."""
     from timm.data.naflex_dataset import NaFlexCollator
     from timm.data.naflex_transforms import Patchify
@@ -56,8 +58,9 @@ def build_models(variant: str, device: torch.device):
 
     import timm_vitscratch  # noqa: F401  (registers the zoo)
 
-    reference_name = {"ti16": "vit_tiny_patch16_224", "s16": "vit_small_patch16_224",
-                      "b16": "vit_base_patch16_224"}[variant]
+    reference_name = {"ti16": "vit_tiny_patch16_224", "s16": "vit_small_patch16_224", "b16": "vit_base_patch16_224"}[
+        variant
+    ]
     ours = timm.create_model(f"scratch_vit_{variant}").to(device)
     theirs = timm.create_model(reference_name, use_naflex=True).to(device)
     state = {k: v.clone() for k, v in ours.state_dict().items()}  # timm's filter edits the class token in place
@@ -65,7 +68,7 @@ def build_models(variant: str, device: torch.device):
     return {"ours": ours, "timm": theirs}
 
 
-def measure(args, variant: str) -> List[Dict[str, Any]]:
+def measure(args, variant: str) -> list[dict[str, Any]]:
     models = build_models(variant, args.device)
     records = []
     for (seq_len, padding), grids in GRIDS.items():
@@ -78,28 +81,40 @@ def measure(args, variant: str) -> List[Dict[str, Any]]:
                 if kind == "infer":
                     model.eval()
 
-                    def run(model=model):
+                    def run(model=model, batch=batch):
                         with torch.inference_mode():
                             model(batch)
                 else:
                     model.train()
                     optimizer = make_optimizer(model)
 
-                    def run(model=model, optimizer=optimizer):
+                    def run(model=model, optimizer=optimizer, batch=batch, labels=labels):
                         optimizer.zero_grad(set_to_none=True)
                         F.cross_entropy(model(batch), labels).backward()
                         optimizer.step()
+
                 calls = calls_for(run, args.device, args.min_time)
                 tasks[name] = lambda run=run, calls=calls: timed(run, args.device, calls)
             samples = interleave(tasks, args.repeats)
             times = {name: samples[name]["time"] for name in tasks}
             median = {name: valid / sorted(t)[len(t) // 2] for name, t in times.items()}
-            record = dict(kind=kind, variant=variant, seq_len=seq_len, padding=padding, images=len(grids),
-                          valid_tokens=valid, padded_fraction=round(1 - valid / (len(grids) * seq_len), 3),
-                          unit="valid tokens/s", median=median,
-                          ratio=paired_ratio(times["timm"], times["ours"]), samples=times)
-            _log(f"{variant} {kind} seq {seq_len} padding {record['padded_fraction']:.0%}: "
-                 f"ours {median['ours']:.0f} tok/s, timm {median['timm']:.0f} tok/s, ours/timm {record['ratio']:.3f}")
+            record = dict(
+                kind=kind,
+                variant=variant,
+                seq_len=seq_len,
+                padding=padding,
+                images=len(grids),
+                valid_tokens=valid,
+                padded_fraction=round(1 - valid / (len(grids) * seq_len), 3),
+                unit="valid tokens/s",
+                median=median,
+                ratio=paired_ratio(times["timm"], times["ours"]),
+                samples=times,
+            )
+            _log(
+                f"{variant} {kind} seq {seq_len} padding {record['padded_fraction']:.0%}: "
+                f"ours {median['ours']:.0f} tok/s, timm {median['timm']:.0f} tok/s, ours/timm {record['ratio']:.3f}"
+            )
             records.append(record)
     return records
 
@@ -111,31 +126,54 @@ def render(path: Path) -> str:
     data = json.loads(Path(path).read_text())
     machine = data["machine"]
     lines = [_machine_line(machine), ""]
-    header = ["measurement", "model", "seq len", "padding", "ours (valid tok/s)", "timm (valid tok/s)", "ours/timm",
-              "ours/timm (best)"]
-    rows = [[TITLES[r["kind"]], r["variant"], str(r["seq_len"]), f"{r['padded_fraction']:.0%}",
-             f"{r['median']['ours']:,.0f}", f"{r['median']['timm']:,.0f}", f"{r['ratio']:.2f}",
-             f"{min(r['samples']['timm']) / min(r['samples']['ours']):.2f}"]
-            for r in data["records"]]
+    header = [
+        "measurement",
+        "model",
+        "seq len",
+        "padding",
+        "ours (valid tok/s)",
+        "timm (valid tok/s)",
+        "ours/timm",
+        "ours/timm (best)",
+    ]
+    rows = [
+        [
+            TITLES[r["kind"]],
+            r["variant"],
+            str(r["seq_len"]),
+            f"{r['padded_fraction']:.0%}",
+            f"{r['median']['ours']:,.0f}",
+            f"{r['median']['timm']:,.0f}",
+            f"{r['ratio']:.2f}",
+            f"{min(r['samples']['timm']) / min(r['samples']['ours']):.2f}",
+        ]
+        for r in data["records"]
+    ]
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
     for cells in [header, ["-" * w for w in widths]] + rows:
-        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+        lines.append(
+            "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
+        )
     return "\n".join(lines) + "\n"
 
 
-def _machine_line(machine: Dict[str, Any]) -> str:
-    return (f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, device "
-            f"{machine['device']}; torch {machine['torch']}, timm {machine['timm']}; batch of 8 images")
+def _machine_line(machine: dict[str, Any]) -> str:
+    return (
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, device "
+        f"{machine['device']}; torch {machine['torch']}, timm {machine['timm']}; batch of 8 images"
+    )
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", nargs="+", default=["ti16"], choices=["ti16", "s16", "b16"])
-    parser.add_argument("--device", type=torch.device, default=torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    parser.add_argument(
+        "--device", type=torch.device, default=torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds per measurement")
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds one timed sample lasts at least")
@@ -145,7 +183,7 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         sys.stdout.write(render(args.render))

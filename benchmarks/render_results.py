@@ -8,41 +8,53 @@ each option of ours measured with it (the opt-in pooled forward, a forced attent
 (matmul ceiling shares, RSS, first-logits times, compile times). docs/performance.md shows this
 output in checked blocks, so the page always matches the JSON it links to.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from result_records import PEERS, TITLES, _extras, _format, table_rows  # noqa: E402
+from result_records import PEERS, TITLES, _extras, _format, table_rows
 
 PEOPLE = ("ours", "timm", "torchvision")
 
 
-def machine_line(machine: Dict[str, Any]) -> str:
+def machine_line(machine: dict[str, Any]) -> str:
     gpu = f" ({machine['gpu']})" if "gpu" in machine else ""
     clock = "; throughput timed by the process's CPU time" if machine.get("clock") == "cpu" else ""
-    return (f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, "
-            f"device {machine['device']}{gpu}; torch {machine['torch']}, timm {machine['timm']}, "
-            f"torchvision {machine['torchvision']}{clock}")
+    return (
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, "
+        f"device {machine['device']}{gpu}; torch {machine['torch']}, timm {machine['timm']}, "
+        f"torchvision {machine['torchvision']}{clock}"
+    )
 
 
-def table(records: List[Dict[str, Any]]) -> List[str]:
+def table(records: list[dict[str, Any]]) -> list[str]:
     header = ["measurement", "variant", "batch", *PEOPLE, "ours/timm", "ours/torchvision"]
     rows = []
     for record in records:
         unit, median = record["unit"], record["median"]
         for title, ours, ratio, _best in table_rows(record):
-            rows.append([title, record["variant"], str(record.get("batch", "—")),
-                         *(_format(median[n], unit) if n in median else "—" for n in (ours,) + PEERS),
-                         *(f"{ratio[n]:.3f}" if n in ratio else "—" for n in PEERS)])
+            rows.append(
+                [
+                    title,
+                    record["variant"],
+                    str(record.get("batch", "—")),
+                    *(_format(median[n], unit) if n in median else "—" for n in (ours,) + PEERS),
+                    *(f"{ratio[n]:.3f}" if n in ratio else "—" for n in PEERS),
+                ]
+            )
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        )
 
     return [line(header), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
 
@@ -56,7 +68,7 @@ def render(path: Path, kinds: Sequence[str] = (), notes: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="a results JSON written by benchmarks/run.py")
     parser.add_argument("--kinds", nargs="+", default=[], choices=sorted(TITLES), help="only these measurements")

@@ -12,6 +12,7 @@ Writes ``<out>/<name>.json`` (every sample), ``<name>.md`` (the tables) and ``<n
 ``--append``), so the committed results change only when asked. Ratios are ours/peer, taken per
 round and summarised by their median; see ``--help`` for every option.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,16 +25,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import result_records  # noqa: E402
-from contestants import CONTESTANTS, VARIANTS, build, check_variant, create_pretrained  # noqa: E402
-from timing import (  # noqa: E402
-    CLOCKS, calls_for, forward_flops, inference_task, interleave, make_optimizer, matmul_task, synchronize, timed,
-    training_step, use_clock,
+import result_records
+from contestants import CONTESTANTS, VARIANTS, build, check_variant, create_pretrained
+from timing import (
+    CLOCKS,
+    calls_for,
+    forward_flops,
+    inference_task,
+    interleave,
+    make_optimizer,
+    matmul_task,
+    synchronize,
+    timed,
+    training_step,
+    use_clock,
 )
 
 MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained", "compile")
@@ -41,8 +51,16 @@ HERE = Path(__file__).resolve().parent
 #: where runs go unless --out says otherwise (git-ignored: a run never changes the committed results)
 LOCAL_RESULTS = HERE / "results" / "local"
 #: --quick: what it changes, unless the option is given (ViT-Ti/16 and a smaller matmul keep it to a minute or two)
-QUICK = dict(variants=["ti16"], pretrained_variants=["ti16"], repeats=3, create_repeats=3, batch_sizes=[1, 8],
-             train_batch_sizes=[8], min_time=0.2, matmul_size=2048)
+QUICK = dict(
+    variants=["ti16"],
+    pretrained_variants=["ti16"],
+    repeats=3,
+    create_repeats=3,
+    batch_sizes=[1, 8],
+    train_batch_sizes=[8],
+    min_time=0.2,
+    matmul_size=2048,
+)
 #: what --quick leaves out of "all": compiling takes minutes, and bf16 autocast is emulated (slow) on most CPUs
 QUICK_SKIPS = ("compile", "infer_bf16")
 
@@ -52,52 +70,106 @@ def _usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--measure", nargs="+", choices=MEASUREMENTS + ("all",), default=["all"],
-                        help="which measurements to run ('all' = every one; with --quick, all but compile and "
-                             "infer_bf16)")
-    parser.add_argument("--variants", nargs="+", default=["b16"], choices=sorted(VARIANTS),
-                        help="architectures for throughput, memory, create and compile")
-    parser.add_argument("--contestants", nargs="+", default=["ours", "ours-pooled", "timm", "torchvision"],
-                        choices=CONTESTANTS,
-                        help="models to compare; ours is our model as built by default, ours-pooled with the opt-in "
-                             "pooled-token forward, ours-sdpa / ours-eager with one attention path forced")
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--measure",
+        nargs="+",
+        choices=MEASUREMENTS + ("all",),
+        default=["all"],
+        help="which measurements to run ('all' = every one; with --quick, all but compile and infer_bf16)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["b16"],
+        choices=sorted(VARIANTS),
+        help="architectures for throughput, memory, create and compile",
+    )
+    parser.add_argument(
+        "--contestants",
+        nargs="+",
+        default=["ours", "ours-pooled", "timm", "torchvision"],
+        choices=CONTESTANTS,
+        help="models to compare; ours is our model as built by default, ours-pooled with the opt-in "
+        "pooled-token forward, ours-sdpa / ours-eager with one attention path forced",
+    )
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32], help="inference batch sizes")
     parser.add_argument("--train-batch-sizes", nargs="+", type=int, default=[16], help="training batch sizes")
-    parser.add_argument("--memory-batch", type=int, default=None,
-                        help="training batch for peak memory (default: the first training batch size)")
+    parser.add_argument(
+        "--memory-batch",
+        type=int,
+        default=None,
+        help="training batch for peak memory (default: the first training batch size)",
+    )
     parser.add_argument("--compile-batch", type=int, default=8, help="batch for the torch.compile numbers")
-    parser.add_argument("--pretrained-variants", nargs="+", default=["l16", "h14"], choices=sorted(VARIANTS),
-                        help="architectures for create_model(pretrained=True) from a local safetensors file")
+    parser.add_argument(
+        "--pretrained-variants",
+        nargs="+",
+        default=["l16", "h14"],
+        choices=sorted(VARIANTS),
+        help="architectures for create_model(pretrained=True) from a local safetensors file",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds per measurement")
     parser.add_argument("--create-repeats", type=int, default=5, help="rounds for create / pretrained timings")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds before each measurement")
-    parser.add_argument("--min-time", type=float, default=0.5,
-                        help="seconds one throughput sample lasts at least (quick calls are repeated)")
+    parser.add_argument(
+        "--min-time",
+        type=float,
+        default=0.5,
+        help="seconds one throughput sample lasts at least (quick calls are repeated)",
+    )
     parser.add_argument("--matmul-size", type=int, default=4096, help="n of the n x n fp32 matmul ceiling")
     parser.add_argument("--threads", type=int, default=_usable_cores(), help="torch CPU threads (default: all cores)")
     parser.add_argument("--device", default="cpu", help="'cpu' or 'cuda' (or 'cuda:N')")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="what throughput samples read: wall-clock time, or (CPU, --threads 1) the CPU time "
-                             "the process used, which other processes on a shared machine do not add to")
-    parser.add_argument("--out", type=Path, default=LOCAL_RESULTS,
-                        help="directory for the results (the committed ones are in benchmarks/results)")
-    parser.add_argument("--name", default=None,
-                        help="file name stem of the results (default: the device type and the start time)")
-    parser.add_argument("--replace", action="store_true",
-                        help="overwrite an existing <out>/<name>.* (without it, an existing results file is refused)")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where the pretrained weight files are written (default: a temporary directory)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: ViT-Ti/16, 3 rounds, batches 1 and 8, training batch 8, a 2048 matmul, "
-                             "no compile or bf16 unless asked for (each given option still applies)")
-    parser.add_argument("--append", action="store_true",
-                        help="add this run's records to an existing <out>/<name>.json (several bounded runs, "
-                             "e.g. one per variant with its own batch sizes, make one report)")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="measure nothing: rewrite the Markdown and plot of an earlier results JSON")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="what throughput samples read: wall-clock time, or (CPU, --threads 1) the CPU time "
+        "the process used, which other processes on a shared machine do not add to",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=LOCAL_RESULTS,
+        help="directory for the results (the committed ones are in benchmarks/results)",
+    )
+    parser.add_argument(
+        "--name", default=None, help="file name stem of the results (default: the device type and the start time)"
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="overwrite an existing <out>/<name>.* (without it, an existing results file is refused)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the pretrained weight files are written (default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: ViT-Ti/16, 3 rounds, batches 1 and 8, training batch 8, a 2048 matmul, "
+        "no compile or bf16 unless asked for (each given option still applies)",
+    )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add this run's records to an existing <out>/<name>.json (several bounded runs, "
+        "e.g. one per variant with its own batch sizes, make one report)",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="measure nothing: rewrite the Markdown and plot of an earlier results JSON",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         given = set(argv if argv is not None else sys.argv[1:])
@@ -118,8 +190,10 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
         args.name = f"{args.device.type}{'-quick' if args.quick else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
     existing = [p for p in (args.out / f"{args.name}{suffix}" for suffix in (".json", ".md", ".png")) if p.exists()]
     if existing and not (args.replace or args.append or args.render):
-        parser.error(f"{existing[0]} exists: pass --replace to overwrite it, --append to add this run to it, "
-                     f"or another --name / --out")
+        parser.error(
+            f"{existing[0]} exists: pass --replace to overwrite it, --append to add this run to it, "
+            f"or another --name / --out"
+        )
     return args
 
 
@@ -131,7 +205,7 @@ def _images(batch: int, device: torch.device) -> torch.Tensor:
     return torch.randn(batch, 3, 224, 224, device=device)
 
 
-def measure_inference(args, variant: str, autocast_dtype) -> List[Dict[str, Any]]:
+def measure_inference(args, variant: str, autocast_dtype) -> list[dict[str, Any]]:
     """img/s per batch size; fp32 runs also time the matmul ceiling in the same rounds."""
     kind = "infer_bf16" if autocast_dtype else "infer"
     models = {name: build(name, variant).to(args.device).eval() for name in args.contestants}
@@ -142,7 +216,7 @@ def measure_inference(args, variant: str, autocast_dtype) -> List[Dict[str, Any]
         tasks = {}
         for name, model in models.items():
             probe = inference_task(model, images, 1, autocast_dtype)
-            calls = calls_for(lambda: probe(), args.device, args.min_time)
+            calls = calls_for(probe, args.device, args.min_time)
             tasks[name] = inference_task(model, images, calls, autocast_dtype)
         if not autocast_dtype:
             tasks["matmul"] = matmul_task(args.matmul_size, args.device)
@@ -157,15 +231,19 @@ def measure_inference(args, variant: str, autocast_dtype) -> List[Dict[str, Any]
     return records
 
 
-def measure_training(args, variant: str) -> List[Dict[str, Any]]:
+def measure_training(args, variant: str) -> list[dict[str, Any]]:
     records = []
     for batch in args.train_batch_sizes:
         tasks = {}
         for name in args.contestants:
             torch.manual_seed(0)
             model = build(name, variant).to(args.device).train()
-            step = training_step(model, make_optimizer(model), _images(batch, args.device),
-                                 torch.randint(0, 1000, (batch,), device=args.device))
+            step = training_step(
+                model,
+                make_optimizer(model),
+                _images(batch, args.device),
+                torch.randint(0, 1000, (batch,), device=args.device),
+            )
             tasks[name] = (lambda s: lambda: timed(s, args.device))(step)
         _log(f"train {variant} batch {batch}: {args.repeats} rounds of {', '.join(tasks)}")
         samples = interleave(tasks, args.repeats, args.warmup)
@@ -176,12 +254,19 @@ def measure_training(args, variant: str) -> List[Dict[str, Any]]:
     return records
 
 
-def measure_memory(args, variant: str) -> Dict[str, Any]:
+def measure_memory(args, variant: str) -> dict[str, Any]:
     """One fresh process per model (see step_memory.py for the method)."""
     results = {}
     for name in args.contestants:
-        command = [sys.executable, str(HERE / "step_memory.py"), name, variant, str(args.memory_batch), str(args.device),
-                   str(args.threads)]
+        command = [
+            sys.executable,
+            str(HERE / "step_memory.py"),
+            name,
+            variant,
+            str(args.memory_batch),
+            str(args.device),
+            str(args.threads),
+        ]
         _log(f"memory {variant} batch {args.memory_batch}: {name} in a subprocess")
         done = subprocess.run(command, check=True, capture_output=True, text=True)
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -191,22 +276,23 @@ def measure_memory(args, variant: str) -> Dict[str, Any]:
 
 
 def _create_task(name: str, variant: str):
-    def task() -> Dict[str, float]:
+    def task() -> dict[str, float]:
         start = time.perf_counter()
         model = build(name, variant)
         elapsed = time.perf_counter() - start
         del model
         gc.collect()
         return {"time": elapsed}
+
     return task
 
 
-def _constructions(contestants: List[str]) -> List[str]:
+def _constructions(contestants: list[str]) -> list[str]:
     """Contestants that build differently: ours-pooled is ours until the forward, so it is left out."""
     return [name for name in contestants if name != "ours-pooled"]
 
 
-def measure_create(args, variant: str) -> Dict[str, Any]:
+def measure_create(args, variant: str) -> dict[str, Any]:
     names = _constructions(args.contestants)
     tasks = {name: _create_task(name, variant) for name in names}
     _log(f"create {variant}: {args.create_repeats} rounds of {', '.join(tasks)}")
@@ -231,7 +317,7 @@ def _write_weights(variant: str, directory: Path) -> Path:
 
 
 def _pretrained_task(name: str, variant: str, weights: Path, image: torch.Tensor):
-    def task() -> Dict[str, float]:
+    def task() -> dict[str, float]:
         start = time.perf_counter()
         model = create_pretrained(name, variant, str(weights))
         created = time.perf_counter() - start
@@ -241,10 +327,11 @@ def _pretrained_task(name: str, variant: str, weights: Path, image: torch.Tensor
         del model
         gc.collect()
         return {"time": created, "first_logits": first_logits}
+
     return task
 
 
-def measure_pretrained(args, variant: str, work_dir: Path) -> Dict[str, Any]:
+def measure_pretrained(args, variant: str, work_dir: Path) -> dict[str, Any]:
     """create_model(pretrained=True) from one local file, ours against timm's own loading path."""
     names = [n for n in _constructions(args.contestants) if n != "torchvision"]
     _log(f"pretrained {variant}: writing the weight file")
@@ -256,8 +343,11 @@ def measure_pretrained(args, variant: str, work_dir: Path) -> Dict[str, Any]:
     batch = _images(2, torch.device("cpu"))
     with torch.inference_mode():
         reference = create_pretrained("timm", variant, str(weights)).eval()(batch)
-        diffs = {name: (create_pretrained(name, variant, str(weights)).eval()(batch) - reference).abs().max().item()
-                 for name in names if name != "timm"}
+        diffs = {
+            name: (create_pretrained(name, variant, str(weights)).eval()(batch) - reference).abs().max().item()
+            for name in names
+            if name != "timm"
+        }
     record = result_records.duration_record("pretrained", variant, samples, names)
     record["logits_max_abs_diff_vs_timm"] = diffs
     _log(result_records.one_line(record))
@@ -271,7 +361,7 @@ def _warm_up_compiler(device: torch.device) -> None:
     torch._dynamo.reset()
 
 
-def measure_compiled(args, variant: str, work_dir: Path) -> List[Dict[str, Any]]:
+def measure_compiled(args, variant: str, work_dir: Path) -> list[dict[str, Any]]:
     """torch.compile (default inductor settings, same for all): compile time, inference and training.
 
     Inductor's kernel cache is pointed at an empty directory of this run, so every model compiles
@@ -314,7 +404,7 @@ def measure_compiled(args, variant: str, work_dir: Path) -> List[Dict[str, Any]]
     return records
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         for path in result_records.render(args.render):
@@ -324,7 +414,7 @@ def main(argv: List[str] | None = None) -> int:
     use_clock(args.clock)
     machine = result_records.machine_info(args)
     _log(f"{machine['cpu']} | {args.threads} threads | device {args.device} | torch {machine['torch']}")
-    records: List[Dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="vitscratch-bench-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     try:

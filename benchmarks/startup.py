@@ -14,6 +14,7 @@ medians, the difference, and whether each imported torch or timm (it must not).
 
     python benchmarks/startup.py [--python PATH] [--runs 40] [--import-runs 10] [--cli-runs 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 DISABLE_ENV = "TIMM_VITSCRATCH_NO_AUTOLOAD"
 #: what the installed ``vitscratch`` script runs (pip writes the same two lines for the entry point)
@@ -35,7 +36,7 @@ CHECK_ARMED = "import sys; print(any(type(f).__name__ == 'PostImportHook' for f 
 CHECK_MODELS = "import timm; print(len(timm.list_models('scratch_*')))"
 
 
-def _env(opted_out: bool) -> Dict[str, str]:
+def _env(opted_out: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != DISABLE_ENV}
     if opted_out:
         env[DISABLE_ENV] = "1"
@@ -43,11 +44,12 @@ def _env(opted_out: bool) -> Dict[str, str]:
 
 
 def _output(python: str, code: str, opted_out: bool) -> str:
-    return subprocess.run([python, "-c", code], env=_env(opted_out), cwd=tempfile.gettempdir(),
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [python, "-c", code], env=_env(opted_out), cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
-def time_interleaved(python: str, code: str, runs: int) -> Dict[str, Dict[str, List[float]]]:
+def time_interleaved(python: str, code: str, runs: int) -> dict[str, dict[str, list[float]]]:
     """Per configuration, wall and CPU (user+sys) seconds of ``python -c code``; configurations alternate.
 
     CPU time is reported beside wall time because it is far less sensitive to other load on a
@@ -60,8 +62,14 @@ def time_interleaved(python: str, code: str, runs: int) -> Dict[str, Dict[str, L
             env = _env(config == "opted out")
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            subprocess.run([python, "-c", code], env=env, cwd=tempfile.gettempdir(), check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [python, "-c", code],
+                env=env,
+                cwd=tempfile.gettempdir(),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             wall = time.perf_counter() - start
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             times[config]["wall"].append(wall)
@@ -73,8 +81,14 @@ def hook_module_import_us(python: str, runs: int) -> float:
     """Median self time (µs) of importing ``timm_vitscratch_autoload`` at start-up (-X importtime)."""
     samples = []
     for _ in range(runs):
-        err = subprocess.run([python, "-X", "importtime", "-c", "pass"], env=_env(False), cwd=tempfile.gettempdir(),
-                             capture_output=True, text=True, check=True).stderr
+        err = subprocess.run(
+            [python, "-X", "importtime", "-c", "pass"],
+            env=_env(False),
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
         for line in err.splitlines():
             cols = line.split("|")
             if line.startswith("import time:") and cols[2].strip() == "timm_vitscratch_autoload":
@@ -88,48 +102,68 @@ def plugin_import_ms(python: str, runs: int) -> float:
     """Median time (ms) the armed hook spends importing timm_vitscratch inside ``import timm``."""
     samples = []
     for _ in range(runs):
-        err = subprocess.run([python, "-X", "importtime", "-c", "import timm"], env=_env(False),
-                             cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True).stderr
-        samples += [float(line.split("|")[1]) / 1e3 for line in err.splitlines()
-                    if line.startswith("import time:") and line.split("|")[2].strip() == "timm_vitscratch"]
+        err = subprocess.run(
+            [python, "-X", "importtime", "-c", "import timm"],
+            env=_env(False),
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+        samples += [
+            float(line.split("|")[1]) / 1e3
+            for line in err.splitlines()
+            if line.startswith("import time:") and line.split("|")[2].strip() == "timm_vitscratch"
+        ]
     if not samples:
         raise SystemExit(f"{python}: `import timm` did not import timm_vitscratch")
     return statistics.median(samples)
 
 
-def cli_times(python: str, runs: int) -> Dict[str, List[float]]:
+def cli_times(python: str, runs: int) -> dict[str, list[float]]:
     """Wall seconds of each CLI command and of ``python -c pass``, interleaved run by run."""
     commands = {"python -c pass": [python, "-c", "pass"]}
     commands.update({"vitscratch " + " ".join(argv): [python, "-c", CONSOLE_SCRIPT, *argv] for argv in CLI_COMMANDS})
-    times: Dict[str, List[float]] = {label: [] for label in commands}
+    times: dict[str, list[float]] = {label: [] for label in commands}
     for run in range(runs):
         labels = list(commands) if run % 2 == 0 else list(reversed(commands))
         for label in labels:
             start = time.perf_counter()
-            subprocess.run(commands[label], env=_env(False), cwd=tempfile.gettempdir(), check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                commands[label],
+                env=_env(False),
+                cwd=tempfile.gettempdir(),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             times[label].append(time.perf_counter() - start)
     return times
 
 
-def cli_heavy_imports(python: str) -> Dict[str, List[str]]:
+def cli_heavy_imports(python: str) -> dict[str, list[str]]:
     """For each CLI command, which of torch / timm / timm_vitscratch it imported."""
     found = {}
     for argv in CLI_COMMANDS:
-        code = (f"import sys, timm_vitscratch_cli\ntry:\n    timm_vitscratch_cli.main({argv!r})\nexcept SystemExit:\n"
-                f"    pass\nprint('HEAVY', *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)")
-        err = subprocess.run([python, "-c", code], env=_env(False), cwd=tempfile.gettempdir(), capture_output=True,
-                             text=True, check=True).stderr
+        code = (
+            f"import sys, timm_vitscratch_cli\ntry:\n    timm_vitscratch_cli.main({argv!r})\nexcept SystemExit:\n"
+            f"    pass\nprint('HEAVY', *[m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)"
+        )
+        err = subprocess.run(
+            [python, "-c", code], env=_env(False), cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True
+        ).stderr
         found["vitscratch " + " ".join(argv)] = err.strip().splitlines()[-1].split()[1:]
     return found
 
 
-def _rows(label: str, times: Dict[str, Dict[str, List[float]]]) -> List[str]:
+def _rows(label: str, times: dict[str, dict[str, list[float]]]) -> list[str]:
     rows = []
     for kind in ("wall", "cpu"):
         armed, off = (statistics.median(times[config][kind]) * 1e3 for config in ("armed", "opted out"))
-        rows.append(f"{label if kind == 'wall' else '':<24} {kind:>4} {armed:>10.1f} {off:>10.1f} {armed - off:>+9.1f}"
-                    f" {armed / off:>7.3f} {len(times['armed'][kind]):>5}")
+        rows.append(
+            f"{label if kind == 'wall' else '':<24} {kind:>4} {armed:>10.1f} {off:>10.1f} {armed - off:>+9.1f}"
+            f" {armed / off:>7.3f} {len(times['armed'][kind]):>5}"
+        )
     return rows
 
 
@@ -142,7 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if _output(args.python, CHECK_ARMED, False) != "True" or _output(args.python, CHECK_ARMED, True) != "False":
-        raise SystemExit(f"{args.python}: the timm_vitscratch start-up hook is not installed (or ignores {DISABLE_ENV})")
+        raise SystemExit(
+            f"{args.python}: the timm_vitscratch start-up hook is not installed (or ignores {DISABLE_ENV})"
+        )
     models = {config: _output(args.python, CHECK_MODELS, config == "opted out") for config in ("armed", "opted out")}
 
     pass_times = time_interleaved(args.python, "pass", args.runs)
@@ -151,8 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import_times = time_interleaved(args.python, "import timm", args.import_runs)
         plugin_ms = plugin_import_ms(args.python, args.import_runs)
 
-    print(f"interpreter: {args.python}  (scratch_* models after `import timm`: armed {models['armed']},"
-          f" opted out {models['opted out']})")
+    print(
+        f"interpreter: {args.python}  (scratch_* models after `import timm`: armed {models['armed']},"
+        f" opted out {models['opted out']})"
+    )
     print(f"{'median, ms':<29} {'armed':>10} {'opted out':>10} {'diff':>9} {'ratio':>7} {'runs':>5}")
     print("\n".join(_rows("python -c pass", pass_times)))
     if args.import_runs:

@@ -15,21 +15,22 @@ on stdout). A process of its own gives every model the same clean start.
     just before the step through ``/proc/self/clear_refs``). Everything the OS sees, including
     library buffers and memory malloc keeps after a free; the same harness for every model.
 """
+
 from __future__ import annotations
 
 import gc
 import json
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contestants import build  # noqa: E402
-from timing import make_optimizer, training_step  # noqa: E402
+from contestants import build
+from timing import make_optimizer, training_step
 
 
 def _storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -51,7 +52,7 @@ def _live_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> I
         yield from (v for v in state.values() if isinstance(v, torch.Tensor))
 
 
-def _rss_high_water_mark() -> Optional[int]:
+def _rss_high_water_mark() -> int | None:
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
@@ -83,7 +84,7 @@ def _profiled_peak(step) -> int:
     return peak
 
 
-def measure(contestant: str, variant: str, batch: int, device_name: str) -> Dict[str, object]:
+def measure(contestant: str, variant: str, batch: int, device_name: str) -> dict[str, object]:
     device = torch.device(device_name)
     torch.manual_seed(0)
     model = build(contestant, variant).to(device).train()
@@ -92,7 +93,7 @@ def measure(contestant: str, variant: str, batch: int, device_name: str) -> Dict
     labels = torch.randint(0, 1000, (batch,), device=device)
     step = training_step(model, optimizer, images, labels)
     step()  # creates the optimizer state
-    result: Dict[str, object] = {"contestant": contestant, "variant": variant, "batch": batch}
+    result: dict[str, object] = {"contestant": contestant, "variant": variant, "batch": batch}
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

@@ -4,12 +4,13 @@ On a machine shared with other work, load comes and goes; running every contesta
 round means each round sees roughly the same load for all of them, and the median of the
 per-round ratios cancels most of what is left.
 """
+
 from __future__ import annotations
 
 import contextlib
 import statistics
 import time
-from typing import Callable, Dict, List, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,12 +18,12 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 #: A task runs its workload once and returns named durations in seconds (usually just "time").
-Task = Callable[[], Dict[str, float]]
+Task = Callable[[], dict[str, float]]
 
 #: What ``timed`` reads: wall-clock seconds, or the CPU seconds this process used. On a machine shared
 #: with other work, CPU time leaves out the time other processes hold the cores (with one torch
 #: thread; several threads would count their spin-waiting too).
-CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 _clock = CLOCKS["wall"]
 
 
@@ -37,7 +38,7 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(fn: Callable[[], object], device: torch.device, calls: int = 1) -> Dict[str, float]:
+def timed(fn: Callable[[], object], device: torch.device, calls: int = 1) -> dict[str, float]:
     """Run ``fn`` ``calls`` times and return the seconds per call."""
     synchronize(device)
     start = _clock()
@@ -53,7 +54,7 @@ def calls_for(fn: Callable[[], object], device: torch.device, min_time: float) -
     return max(1, int(min_time / max(once, 1e-9)) + 1) if once < min_time else 1
 
 
-def interleave(tasks: Dict[str, Task], repeats: int, warmup: int = 1) -> Dict[str, Dict[str, List[float]]]:
+def interleave(tasks: dict[str, Task], repeats: int, warmup: int = 1) -> dict[str, dict[str, list[float]]]:
     """Run every task ``warmup`` times, then ``repeats`` rounds, rotating the order each round.
 
     Returns, per task, each named duration's list of samples (one per round).
@@ -62,7 +63,7 @@ def interleave(tasks: Dict[str, Task], repeats: int, warmup: int = 1) -> Dict[st
     for _ in range(warmup):
         for name in names:
             tasks[name]()
-    samples: Dict[str, Dict[str, List[float]]] = {name: {} for name in names}
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     for round_index in range(repeats):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
@@ -71,12 +72,12 @@ def interleave(tasks: Dict[str, Task], repeats: int, warmup: int = 1) -> Dict[st
     return samples
 
 
-def paired_ratio(numerator: List[float], denominator: List[float]) -> float:
+def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
     """Median over rounds of numerator/denominator, both taken in the same round."""
-    return statistics.median(n / d for n, d in zip(numerator, denominator))
+    return statistics.median(n / d for n, d in zip(numerator, denominator, strict=False))
 
 
-def inference_task(model: nn.Module, batch: torch.Tensor, calls: int, autocast_dtype: Optional[torch.dtype]) -> Task:
+def inference_task(model: nn.Module, batch: torch.Tensor, calls: int, autocast_dtype: torch.dtype | None) -> Task:
     device = batch.device
 
     def forward() -> None:
@@ -87,13 +88,16 @@ def inference_task(model: nn.Module, batch: torch.Tensor, calls: int, autocast_d
     return lambda: timed(forward, device, calls)
 
 
-def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-                  labels: torch.Tensor) -> Callable[[], None]:
+def training_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor
+) -> Callable[[], None]:
     """One step of plain supervised training: forward, cross-entropy, backward, optimizer step."""
+
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(images), labels).backward()
         optimizer.step()
+
     return step
 
 

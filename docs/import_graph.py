@@ -6,12 +6,12 @@ docs/architecture.md shows this output in a checked block (tests/docs), so the p
 the package changes when the code does. Every ``import`` statement counts, including the ones
 inside functions (the package defers heavy imports such as torchvision that way).
 """
+
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Set
 
 PACKAGE = "timm_vitscratch"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
@@ -24,7 +24,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, known: Set[str]) -> Set[str]:
+def imported_modules(path: Path, known: set[str]) -> set[str]:
     """The package's own modules that ``path`` imports (relative imports resolved)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -57,10 +57,10 @@ def layer(module: str) -> str:
 
 def short(module: str) -> str:
     """A module's name inside the package (the package's own and outside modules keep their full name)."""
-    return module[len(PACKAGE) + 1:] if module.startswith(PACKAGE + ".") else module
+    return module[len(PACKAGE) + 1 :] if module.startswith(PACKAGE + ".") else module
 
 
-def graph() -> Dict[str, Set[str]]:
+def graph() -> dict[str, set[str]]:
     paths = sorted(ROOT.rglob("*.py")) + [CONSOLE_SCRIPT]
     known = {module_name(p) for p in paths}
     return {module_name(p): imported_modules(p, known) for p in paths}
@@ -68,7 +68,7 @@ def graph() -> Dict[str, Set[str]]:
 
 def main() -> None:
     edges = graph()
-    layers: Dict[str, Set[str]] = defaultdict(set)
+    layers: dict[str, set[str]] = defaultdict(set)
     for module, targets in edges.items():
         layers[layer(module)] |= {layer(t) for t in targets} - {layer(module)}
     width = max(len(name) for name in layers)

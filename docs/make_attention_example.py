@@ -7,6 +7,7 @@ The output is deterministic: the weights are drawn here from a seeded generator 
 init, which may change), the PNG carries no software version, and the file is rewritten only when
 its bytes would change.
 """
+
 import sys
 from pathlib import Path
 

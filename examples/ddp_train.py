@@ -13,6 +13,7 @@ gradients, so N processes on batches of ``global_batch / N`` take the same steps
 on the whole global batch. Each rank writes its parameters to ``DIR/params_rank{R}.safetensors``;
 rank 0 writes ``DIR/result.json`` (global-batch losses, steps/s, the largest parameter difference between ranks).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import safetensors.torch
 import timm
@@ -31,11 +32,11 @@ from timm.utils import ParseKwargs, unwrap_model
 from timm.utils.distributed import init_distributed_device_so
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from timm_vitscratch.files import atomic_write
 from examples.training_loop import create_train_state, train_step
+from timm_vitscratch.files import atomic_write
 
 #: a small ViT that takes a few milliseconds per step on a CPU core
-DEFAULT_MODEL_ARGS: Dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)
+DEFAULT_MODEL_ARGS: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4)
 
 
 def synthetic_dataset(num_samples: int, num_classes: int, img_size: int, seed: int) -> TensorDataset:
@@ -51,8 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m examples.ddp_train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for parameters and result.json")
     parser.add_argument("--model", default="scratch_vit_ti16")
-    parser.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs,
-                        help=f"overrides of the small default architecture {DEFAULT_MODEL_ARGS}")
+    parser.add_argument(
+        "--model-kwargs",
+        nargs="*",
+        default={},
+        action=ParseKwargs,
+        help=f"overrides of the small default architecture {DEFAULT_MODEL_ARGS}",
+    )
     parser.add_argument("--num-classes", type=int, default=10)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--global-batch", type=int, default=16, help="samples per step over all processes")
@@ -70,7 +76,7 @@ def _max_difference_between_ranks(flat: torch.Tensor, world_size: int) -> float:
     return max((other - gathered[0]).abs().max().item() for other in gathered)
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     info = init_distributed_device_so(device=args.device)
     device, rank, world_size = torch.device(info["device"]), info["global_rank"], info["world_size"]
@@ -91,7 +97,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     if info["distributed"]:
         task.prepare_distributed()
 
-    step_times: List[float] = []
+    step_times: list[float] = []
     for images, labels in loader:
         start = time.perf_counter()
         train_step(task, state, images.to(device), labels.to(device))
@@ -110,9 +116,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         losses /= world_size
     timed = step_times[1:] or step_times  # the first step pays for allocation and DDP's first sync
     result = dict(
-        rank=rank, world_size=world_size, steps=len(step_times), global_batch=args.global_batch,
-        losses=losses.tolist(), max_param_difference_between_ranks=rank_difference,
-        steps_per_s=len(timed) / sum(timed), samples_per_s=len(timed) * args.global_batch / sum(timed),
+        rank=rank,
+        world_size=world_size,
+        steps=len(step_times),
+        global_batch=args.global_batch,
+        losses=losses.tolist(),
+        max_param_difference_between_ranks=rank_difference,
+        steps_per_s=len(timed) / sum(timed),
+        samples_per_s=len(timed) * args.global_batch / sum(timed),
         threads_per_process=args.threads,
     )
     if rank == 0:
@@ -123,7 +134,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     result = run(build_parser().parse_args(argv))
     if result["rank"] == 0:
         print(json.dumps({k: v for k, v in result.items() if k != "losses"}))

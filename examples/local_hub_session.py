@@ -7,6 +7,7 @@ environment and those settings say: this server, a temporary ``HF_HOME`` (the us
 touched), the classic LFS upload path (the local server has no Xet storage), no token sent and no
 offline mode. On exit the environment and the settings are restored exactly.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,8 @@ import importlib
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, Optional
 
 from huggingface_hub import constants
 from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
@@ -23,16 +24,26 @@ from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_b
 from tests.support.local_hub import LocalHub
 
 #: user settings that would redirect or stop this client: removed for the session
-_CLEARED = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-            "HF_ASSETS_CACHE", "HF_XET_CACHE", "HUGGINGFACE_HUB_CACHE", "HUGGINGFACE_ASSETS_CACHE", "HF_OIDC_RESOURCE")
+_CLEARED = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_TOKEN_PATH",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_ASSETS_CACHE",
+    "HF_XET_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HUGGINGFACE_ASSETS_CACHE",
+    "HF_OIDC_RESOURCE",
+)
 
 
 @contextlib.contextmanager
-def local_hub_session(root: Optional[os.PathLike] = None) -> Iterator[LocalHub]:
+def local_hub_session(root: os.PathLike | None = None) -> Iterator[LocalHub]:
     """Start a :class:`LocalHub` on 127.0.0.1 (repos under ``root``, default a temporary directory) and
     point this process's ``huggingface_hub`` at it, with its cache in a temporary ``HF_HOME``."""
     with tempfile.TemporaryDirectory(prefix="vitscratch-hf-home-") as hf_home, LocalHub(root) as hub:
-        env: Dict[str, str] = hub.client_env(Path(hf_home))
+        env: dict[str, str] = hub.client_env(Path(hf_home))
         env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"  # a user's Hub token is never sent to the local server
         saved_env = {key: os.environ.get(key) for key in (*env, *_CLEARED)}
         saved_settings = {key: value for key, value in vars(constants).items() if key.isupper()}
@@ -62,9 +73,9 @@ def local_hub_session(root: Optional[os.PathLike] = None) -> Iterator[LocalHub]:
                     enable_progress_bars()
 
 
-def request_summary(hub: LocalHub) -> Dict[str, int]:
+def request_summary(hub: LocalHub) -> dict[str, int]:
     """How many requests of each kind the client made (``"POST /api/models/*/preupload": 1`` ...)."""
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for _, method, path, _ in hub.requests:
         key = f"{method} {_route(path)}"
         counts[key] = counts.get(key, 0) + 1

@@ -7,10 +7,12 @@ builds the parameter groups (weight decay filtering, layer-wise LR decay through
 ``group_matcher``), ``create_scheduler_v2`` steps the LR per update. A trained model is saved with
 ``hub_format.save_model_directory``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any
 
 import torch
 from timm.optim import create_optimizer_v2
@@ -20,7 +22,7 @@ from timm.task import TrainingTask
 from timm.utils import accuracy
 from torch import nn
 
-Batch = Tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -28,9 +30,9 @@ class TrainState:
     """Optimizer, per-update LR scheduler and the number of updates taken so far."""
 
     optimizer: torch.optim.Optimizer
-    scheduler: Optional[Scheduler]
+    scheduler: Scheduler | None
     updates: int = 0
-    losses: List[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
 
 
 def create_train_state(
@@ -40,21 +42,26 @@ def create_train_state(
     lr: float = 1e-3,
     weight_decay: float = 0.05,
     warmup_updates: int = 0,
-    layer_decay: Optional[float] = None,
+    layer_decay: float | None = None,
     sched: str = "cosine",
     **opt_kwargs: Any,
 ) -> TrainState:
     """timm's optimizer and a scheduler stepped per update (one "epoch" of the schedule = one update)."""
     if total_updates < 1:
         raise ValueError(f"total_updates must be >= 1, got {total_updates}")
-    optimizer = create_optimizer_v2(model, opt, lr=lr, weight_decay=weight_decay, layer_decay=layer_decay,
-                                    **opt_kwargs)
+    optimizer = create_optimizer_v2(model, opt, lr=lr, weight_decay=weight_decay, layer_decay=layer_decay, **opt_kwargs)
     scheduler = None
     if sched:
         # epochs counted in updates keeps warmup and decay exact for short runs
-        scheduler, _ = create_scheduler_v2(optimizer, sched=sched, num_epochs=total_updates,
-                                           warmup_epochs=warmup_updates, warmup_lr=lr * 0.01,
-                                           step_on_epochs=True, updates_per_epoch=1)
+        scheduler, _ = create_scheduler_v2(
+            optimizer,
+            sched=sched,
+            num_epochs=total_updates,
+            warmup_epochs=warmup_updates,
+            warmup_lr=lr * 0.01,
+            step_on_epochs=True,
+            updates_per_epoch=1,
+        )
     return TrainState(optimizer, scheduler)
 
 
@@ -78,8 +85,8 @@ def train(
     task: TrainingTask,
     state: TrainState,
     batches: Iterable[Batch],
-    on_step: Optional[Callable[[int, float], None]] = None,
-) -> List[float]:
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
     """Run :func:`train_step` over ``batches``; ``on_step(update, loss)`` after each (progress bars)."""
     losses = []
     for images, targets in batches:
@@ -105,10 +112,11 @@ def evaluate_top1(model: nn.Module, batches: Iterable[Batch]) -> float:
     return correct / seen
 
 
-def tensor_batches(images: torch.Tensor, targets: torch.Tensor, batch_size: int,
-                   generator: Optional[torch.Generator] = None) -> Iterable[Batch]:
+def tensor_batches(
+    images: torch.Tensor, targets: torch.Tensor, batch_size: int, generator: torch.Generator | None = None
+) -> Iterable[Batch]:
     """Batches of in-memory tensors, shuffled when a ``generator`` is given, the last one partial."""
     order = torch.randperm(len(images), generator=generator) if generator is not None else torch.arange(len(images))
     for start in range(0, len(images), batch_size):
-        index = order[start:start + batch_size]
+        index = order[start : start + batch_size]
         yield images[index], targets[index]

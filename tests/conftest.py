@@ -57,8 +57,9 @@ SLOW = {
 def _is_slow(item) -> bool:
     relative = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
     node = f"{relative}::{item.name}"
-    return any(relative == key or relative.startswith(key + "/") or ("::" in key and node.startswith(key))
-               for key in SLOW)
+    return any(
+        relative == key or relative.startswith(key + "/") or ("::" in key and node.startswith(key)) for key in SLOW
+    )
 
 
 def pytest_collection_modifyitems(items):

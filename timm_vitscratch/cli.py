@@ -2,6 +2,7 @@
 
 The script itself is :mod:`timm_vitscratch_cli`, outside this package so that ``--help`` imports no torch.
 """
+
 import sys
 
 from timm_vitscratch_cli import build_parser, main

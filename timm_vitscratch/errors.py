@@ -1,8 +1,8 @@
 """The project's exception types."""
+
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
 
 
 class ConversionError(ValueError):
@@ -12,7 +12,7 @@ class ConversionError(ValueError):
     Every loader and converter in the package raises this (and nothing else) for bad input.
     """
 
-    def __init__(self, problem: str, path: Optional[Union[str, os.PathLike]] = None) -> None:
+    def __init__(self, problem: str, path: str | os.PathLike | None = None) -> None:
         self.path = None if path is None else os.fspath(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}" if self.path is not None else problem)

@@ -1,15 +1,17 @@
 """Safe file writing: write to a staging name beside the target, fsync, then rename (see :mod:`.install`)."""
+
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator, Union
+from typing import IO
 
 from .install import current_umask, identity, install_file, staged_file
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ removes only this target's staging (matched exactly, never a sibling's such as `
 and only what no living process holds. ``flock``s are released when a process dies, so a kill never
 leaves a stale lock. This module is the package's only user of ``fcntl``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,10 +30,11 @@ import shutil
 import stat
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Tuple, TypeVar
+from typing import TypeVar
 
-Identity = Optional[Tuple[int, ...]]
+Identity = tuple[int, ...] | None
 T = TypeVar("T")
 
 
@@ -40,8 +42,12 @@ class ConcurrentWriteError(FileExistsError):
     """Another process wrote the target while this writer ran; this writer installed nothing."""
 
     def __init__(self, target: Path) -> None:
-        super().__init__(errno.EEXIST, f"{target} was written by another process while this one ran; this one's "
-                                       "result was not installed (run it again to replace that)", str(target))
+        super().__init__(
+            errno.EEXIST,
+            f"{target} was written by another process while this one ran; this one's "
+            "result was not installed (run it again to replace that)",
+            str(target),
+        )
 
     def __str__(self) -> str:
         return self.strerror
@@ -53,12 +59,12 @@ def staging_name(target: Path, kind: str) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.{kind}")
 
 
-def staging_pattern(target: Path) -> "re.Pattern[str]":
+def staging_pattern(target: Path) -> re.Pattern[str]:
     """What :func:`staging_name` gives for ``target`` and for no other name (the random part has no dot)."""
     return re.compile(rf"\.{re.escape(target.name)}\.\d+-[0-9a-f]{{8}}\.(tmp|old)")
 
 
-def _create(target: Path, make: Callable[[Path], T]) -> Tuple[Path, T]:
+def _create(target: Path, make: Callable[[Path], T]) -> tuple[Path, T]:
     """``make(path)`` at a new staging name for ``target``; another name if that one is taken."""
     while True:
         path = staging_name(target, "tmp")
@@ -74,11 +80,11 @@ class _HeldDirectory:
 
     def __init__(self) -> None:
         self.thread_lock = threading.RLock()
-        self.fd: Optional[int] = None
+        self.fd: int | None = None
         self.depth = 0
 
 
-_HELD: Dict[Tuple[int, int], _HeldDirectory] = {}
+_HELD: dict[tuple[int, int], _HeldDirectory] = {}
 _HELD_GUARD = threading.Lock()
 
 
@@ -218,7 +224,7 @@ def starting_point(target: os.PathLike) -> Identity:
 
 # --- files -----------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def staged_file(target: os.PathLike) -> Iterator[Tuple[int, Path]]:
+def staged_file(target: os.PathLike) -> Iterator[tuple[int, Path]]:
     """A new file beside ``target``: (open descriptor, path). It stays locked by this process until the
     block ends, also after the caller closes the descriptor, and is removed then unless it was installed."""
     target = Path(target)
@@ -263,8 +269,9 @@ def staged_directory(target: os.PathLike) -> Iterator[Path]:
         yield path
 
 
-def install_directory(staged: Path, target: Path, started: Identity, keep_other_files: bool = False,
-                      only_into_empty: bool = False) -> bool:
+def install_directory(
+    staged: Path, target: Path, started: Identity, keep_other_files: bool = False, only_into_empty: bool = False
+) -> bool:
     """Put the finished directory ``staged`` in place of ``target`` in one atomic step.
 
     ``keep_other_files``: entries of the old ``target`` that ``staged`` does not have (a user's README,
@@ -282,8 +289,11 @@ def install_directory(staged: Path, target: Path, started: Identity, keep_other_
             os.rename(staged, target)
         else:
             if only_into_empty and os.listdir(target):
-                raise FileExistsError(errno.ENOTEMPTY, f"{target} is not empty (it was filled while this process "
-                                      "ran); nothing was installed", str(target))
+                raise FileExistsError(
+                    errno.ENOTEMPTY,
+                    f"{target} is not empty (it was filled while this process ran); nothing was installed",
+                    str(target),
+                )
             os.chmod(staged, stat.S_IMODE(os.stat(target).st_mode))
             if keep_other_files:
                 _link_other_entries(target, staged)
@@ -299,8 +309,12 @@ def _holds_same_files(directory: Path, staged: Path) -> bool:
         return False
     for entry in os.scandir(staged):
         theirs = directory / entry.name
-        if not (entry.is_file(follow_symlinks=False) and theirs.is_file() and not theirs.is_symlink()
-                and filecmp.cmp(entry.path, theirs, shallow=False)):
+        if not (
+            entry.is_file(follow_symlinks=False)
+            and theirs.is_file()
+            and not theirs.is_symlink()
+            and filecmp.cmp(entry.path, theirs, shallow=False)
+        ):
             return False
     return True
 
@@ -339,7 +353,7 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-def _load_renameat2() -> Optional[Callable[..., int]]:
+def _load_renameat2() -> Callable[..., int] | None:
     """libc's ``renameat2`` (Linux, glibc 2.28+), or None."""
     if not sys.platform.startswith("linux"):
         return None

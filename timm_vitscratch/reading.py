@@ -6,13 +6,15 @@ directory read (and a push upload) any file on the machine; a deeply nested or h
 exhaust the stack or the memory. Every side file (``config.json``, ``preprocessor_config.json``, label
 lists, model cards) is read here.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Union
 
 #: the largest JSON side file read (a config with 100,000 label names is about 3 MB)
 MAX_JSON_BYTES = 16 << 20
@@ -25,7 +27,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 ErrorType = Callable[[str], Exception]
 
 
-def regular_file(path: PathLike, error: ErrorType, inside: Optional[PathLike] = None) -> Path:
+def regular_file(path: PathLike, error: ErrorType, inside: PathLike | None = None) -> Path:
     """``path`` when it is a regular file (and, with ``inside``, resolves to a place inside that directory).
 
     A symlink is followed only when it stays inside ``inside``; FIFOs, sockets and devices are refused.
@@ -46,7 +48,7 @@ def regular_file(path: PathLike, error: ErrorType, inside: Optional[PathLike] = 
     return path
 
 
-def read_bytes(path: PathLike, limit: int, error: ErrorType, inside: Optional[PathLike] = None) -> bytes:
+def read_bytes(path: PathLike, limit: int, error: ErrorType, inside: PathLike | None = None) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (see :func:`regular_file`)."""
     path = regular_file(path, error, inside)
     try:
@@ -63,8 +65,7 @@ def read_bytes(path: PathLike, limit: int, error: ErrorType, inside: Optional[Pa
     return data
 
 
-def read_text(path: PathLike, error: ErrorType, inside: Optional[PathLike] = None,
-              limit: int = MAX_TEXT_BYTES) -> str:
+def read_text(path: PathLike, error: ErrorType, inside: PathLike | None = None, limit: int = MAX_TEXT_BYTES) -> str:
     """A UTF-8 text side file, bounded."""
     try:
         return read_bytes(path, limit, error, inside).decode("utf-8")
@@ -72,7 +73,7 @@ def read_text(path: PathLike, error: ErrorType, inside: Optional[PathLike] = Non
         raise error(f"{path} is not UTF-8 text: {err}") from None
 
 
-def read_json_object(path: PathLike, error: ErrorType, inside: Optional[PathLike] = None) -> dict:
+def read_json_object(path: PathLike, error: ErrorType, inside: PathLike | None = None) -> dict:
     """A JSON side file holding an object: bounded in size and nesting, with a clear error otherwise."""
     text = read_text(path, error, inside, MAX_JSON_BYTES)
     try:

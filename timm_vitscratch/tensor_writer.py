@@ -4,6 +4,7 @@ Every writer goes through ``files.atomic_write`` (temporary name, fsync, rename)
 killed write never replaces an existing file. Peak memory is one tensor (plus whatever its producer
 needs), never the whole model.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,9 +13,10 @@ import math
 import struct
 import sys
 import zipfile
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import IO
 
 import numpy as np
 import torch
@@ -23,8 +25,15 @@ from .errors import ConversionError
 from .files import PathLike, atomic_write
 
 SAFETENSORS_NAMES = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
     torch.bool: "BOOL",
 }
 
@@ -34,7 +43,7 @@ class TensorSpec:
     """One tensor of the output, known before any data is read."""
 
     name: str
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     dtype: torch.dtype
 
     @property
@@ -47,8 +56,10 @@ Producer = Callable[[TensorSpec], torch.Tensor]
 
 def _checked(spec: TensorSpec, tensor: torch.Tensor) -> torch.Tensor:
     if tuple(tensor.shape) != spec.shape or tensor.dtype != spec.dtype:
-        raise ConversionError(f"tensor {spec.name!r} came out as {tuple(tensor.shape)} {tensor.dtype}, but the file "
-                              f"layout planned {spec.shape} {spec.dtype}")
+        raise ConversionError(
+            f"tensor {spec.name!r} came out as {tuple(tensor.shape)} {tensor.dtype}, but the file "
+            f"layout planned {spec.shape} {spec.dtype}"
+        )
     return tensor.contiguous()
 
 
@@ -60,15 +71,18 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
-def safetensors_header(specs: Iterable[TensorSpec], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def safetensors_header(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = None) -> bytes:
     """The complete header (length prefix + JSON, padded to 8 bytes) for tensors written in ``specs`` order."""
-    header: Dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    header: dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
     offset = 0
     for spec in specs:
         if spec.name in header:
             raise ConversionError(f"tensor name {spec.name!r} appears twice")
-        header[spec.name] = {"dtype": SAFETENSORS_NAMES[spec.dtype], "shape": list(spec.shape),
-                             "data_offsets": [offset, offset + spec.nbytes]}
+        header[spec.name] = {
+            "dtype": SAFETENSORS_NAMES[spec.dtype],
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + spec.nbytes],
+        }
         offset += spec.nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
@@ -88,7 +102,7 @@ class _HashingWriter:
         self._done = done
         self._digest = hashlib.sha256()
         self._hasher = ThreadPoolExecutor(max_workers=1)
-        self._pending: Optional[Tuple[Future, object]] = None
+        self._pending: tuple[Future, object] | None = None
 
     def write(self, data, tag: object = None) -> None:
         self._wait()
@@ -110,9 +124,13 @@ class _HashingWriter:
         self._hasher.shutdown(wait=True)
 
 
-def write_safetensors(path: PathLike, specs: List[TensorSpec], produce: Producer,
-                      metadata: Optional[Dict[str, str]] = None,
-                      written: Optional[Callable[[TensorSpec], None]] = None) -> str:
+def write_safetensors(
+    path: PathLike,
+    specs: list[TensorSpec],
+    produce: Producer,
+    metadata: dict[str, str] | None = None,
+    written: Callable[[TensorSpec], None] | None = None,
+) -> str:
     """Write a safetensors file tensor by tensor; returns its sha256.
 
     ``written(spec)``, when given, is called as soon as that tensor is on its way to disk and hashed,
@@ -131,7 +149,7 @@ def write_safetensors(path: PathLike, specs: List[TensorSpec], produce: Producer
     return sha256
 
 
-def write_npz(path: PathLike, specs: List[TensorSpec], produce: Producer) -> None:
+def write_npz(path: PathLike, specs: list[TensorSpec], produce: Producer) -> None:
     """Write a numpy ``.npz`` (uncompressed, as ``numpy.savez``) one member at a time."""
     with atomic_write(path, "wb") as handle:
         with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
@@ -143,7 +161,7 @@ def write_npz(path: PathLike, specs: List[TensorSpec], produce: Producer) -> Non
                     np.lib.format.write_array(member, tensor.numpy(), allow_pickle=False)
 
 
-def write_torch(path: PathLike, specs: List[TensorSpec], produce: Producer) -> None:
+def write_torch(path: PathLike, specs: list[TensorSpec], produce: Producer) -> None:
     """Write a ``torch.save`` state dict (this format needs the whole dict in memory)."""
     state_dict = {spec.name: _checked(spec, produce(spec)).clone() for spec in specs}
     with atomic_write(path, "wb") as handle:

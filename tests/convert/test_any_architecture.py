@@ -1,6 +1,7 @@
 """Any architecture the model can express converts: depth, width, MLP ratio and heads off the variant table
 are recorded as model_args; heads come from the source's config, a train.py checkpoint's args or --num-heads;
 --verify compares features and logits, and refuses logits that cannot tell the weights apart."""
+
 import argparse
 import json
 
@@ -10,12 +11,11 @@ import torch
 from safetensors.torch import save_file
 from timm.models._hub import save_config_for_hf
 
-from timm_vitscratch.convert.plan import TAG_PROVENANCE
+from tests.support.sources import batch, hf_config, load_converted, logits, max_diff, randomized
 from timm_vitscratch.convert import convert
+from timm_vitscratch.convert.plan import TAG_PROVENANCE
 from timm_vitscratch.errors import VerificationError
 from timm_vitscratch.hub.model_dir import METADATA_KEY
-
-from tests.support.sources import batch, hf_config, load_converted, logits, max_diff, randomized
 
 X = batch(64)
 
@@ -35,8 +35,9 @@ def test_transformers_vit_off_the_table_with_six_heads(tmp_path):
     """A 6-layer 384-wide transformers ViT with MLP ratio 2.5: heads from its config.json."""
     import transformers
 
-    config = hf_config(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=960,
-                       image_size=64)
+    config = hf_config(
+        hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=960, image_size=64
+    )
     source = randomized(lambda: transformers.ViTForImageClassification(config))
     (tmp_path / "hf").mkdir()
     source.config.save_pretrained(tmp_path / "hf")
@@ -53,8 +54,11 @@ def test_transformers_vit_off_the_table_with_six_heads(tmp_path):
 
 def test_heads_assumed_are_said(tmp_path):
     """A bare timm state dict does not say its heads: the assumption is said in one line; --num-heads sets them."""
-    source = randomized(lambda: timm.models.vision_transformer.VisionTransformer(
-        img_size=64, patch_size=16, embed_dim=192, depth=2, num_heads=6, num_classes=4))
+    source = randomized(
+        lambda: timm.models.vision_transformer.VisionTransformer(
+            img_size=64, patch_size=16, embed_dim=192, depth=2, num_heads=6, num_classes=4
+        )
+    )
     save_file(source.state_dict(), str(tmp_path / "h6.safetensors"))
     assumed = convert(tmp_path / "h6.safetensors", tmp_path / "assumed")
     assert assumed.heads_note.startswith("heads: 3, assumed from scratch_vit_ti16")
@@ -98,8 +102,9 @@ def test_config_is_timms_save_config_for_hf_and_keeps_labels_and_preprocessing(t
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["label_names"] == ["cat", "dog", "owl"]
     # the same model: these weights are not the variant's default tag, so its cfg carries no tag provenance
-    same = timm.create_model("scratch_vit_ti16", depth=2, img_size=64, num_classes=3,
-                             pretrained_cfg_overlay=dict.fromkeys(TAG_PROVENANCE))
+    same = timm.create_model(
+        "scratch_vit_ti16", depth=2, img_size=64, num_classes=3, pretrained_cfg_overlay=dict.fromkeys(TAG_PROVENANCE)
+    )
     save_config_for_hf(same, tmp_path / "timm.json", model_config={"label_names": ["cat", "dog", "owl"]})
     timms = json.loads((tmp_path / "timm.json").read_text())
     # model_args leaves num_classes to the top level (transformers passes it to create_model itself)
@@ -107,8 +112,9 @@ def test_config_is_timms_save_config_for_hf_and_keeps_labels_and_preprocessing(t
     assert {k: v for k, v in config.items() if k != METADATA_KEY} == timms
     # a model directory with its own preprocessing, converted again: kept, not reset to the variant's
     edited = dict(config)
-    edited["pretrained_cfg"] = dict(config["pretrained_cfg"], mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25],
-                                    interpolation="bilinear")
+    edited["pretrained_cfg"] = dict(
+        config["pretrained_cfg"], mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25], interpolation="bilinear"
+    )
     (tmp_path / "out" / "config.json").write_text(json.dumps(edited))
     convert(tmp_path / "out", tmp_path / "again")
     again = json.loads((tmp_path / "again" / "config.json").read_text())
@@ -136,8 +142,9 @@ def test_converted_directory_loads_with_timm_local_dir_and_hf_hub(tmp_path, hub_
 def test_clip_quickgelu_directory_converts_with_its_activation_and_eps(tmp_path):
     """timm's save_for_hf of an OpenAI-CLIP tower (QuickGELU, LayerNorm eps 1e-5, norm before the blocks): the
     shapes cannot tell activation or eps, timm's config.json does; both are recorded, logits equal timm's."""
-    source = randomized(lambda: timm.create_model("vit_base_patch32_clip_quickgelu_224", depth=2, img_size=64,
-                                                  num_classes=5))
+    source = randomized(
+        lambda: timm.create_model("vit_base_patch32_clip_quickgelu_224", depth=2, img_size=64, num_classes=5)
+    )
     timm.models.save_for_hf(source, tmp_path / "clip")
     result = convert(tmp_path / "clip", tmp_path / "out", verify=True)
     assert result.verification.passed

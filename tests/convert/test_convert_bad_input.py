@@ -1,6 +1,8 @@
 """Bad input: a clear ConversionError naming the file and the problem, and nothing written."""
+
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -14,11 +16,9 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from timm_vitscratch.convert import ConversionError, VerificationError, convert
-from timm_vitscratch.convert import formats, timm_format
-from timm_vitscratch.errors import ConversionError as ProjectConversionError
-
 from tests.support.sources import randomized, timm_vit
+from timm_vitscratch.convert import ConversionError, VerificationError, convert, formats, timm_format
+from timm_vitscratch.errors import ConversionError as ProjectConversionError
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +69,15 @@ def test_truncated_pth(tmp_path, vit_state_dict):
     refused(tmp_path / "cut.pth", tmp_path / "out", "truncated|damaged|not a readable")
 
 
-@pytest.mark.parametrize("payload, match", [
-    ([1, 2, 3], "holds a list, not a state dict"),
-    (torch.zeros(3), "holds a Tensor, not a state dict"),
-    ({"epoch": 3, "arch": "vit"}, "entry 'epoch' is an int, not a tensor"),
-    ({"state_dict": {"a": 1}}, "entry 'a' under 'state_dict' is an int"),
-])
+@pytest.mark.parametrize(
+    "payload, match",
+    [
+        ([1, 2, 3], "holds a list, not a state dict"),
+        (torch.zeros(3), "holds a Tensor, not a state dict"),
+        ({"epoch": 3, "arch": "vit"}, "entry 'epoch' is an int, not a tensor"),
+        ({"state_dict": {"a": 1}}, "entry 'a' under 'state_dict' is an int"),
+    ],
+)
 def test_pth_that_is_not_a_state_dict(tmp_path, payload, match):
     torch.save(payload, tmp_path / "thing.pth")
     refused(tmp_path / "thing.pth", tmp_path / "out", match)
@@ -100,8 +103,11 @@ def test_pickle_that_would_run_code_is_refused_and_never_runs(tmp_path, containe
     else:
         path.write_bytes(pickle.dumps(payload, protocol=2))
     # the payload is live: an unsafe load (in a throwaway process) runs it and the marker appears
-    subprocess.run([sys.executable, "-c", f"import torch; torch.load({str(path)!r}, weights_only=False)"],
-                   check=False, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", f"import torch; torch.load({str(path)!r}, weights_only=False)"],
+        check=False,
+        capture_output=True,
+    )
     assert marker.exists()
     marker.unlink()
     err = refused(path, tmp_path / "out", "refused to unpickle")
@@ -118,13 +124,20 @@ def test_missing_keys(tmp_path, vit_state_dict):
 
 
 def test_missing_keys_named_in_the_source_layout(tmp_path):
-    tv = randomized(lambda: __import__("torchvision").models.VisionTransformer(
-        image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=10))
+    tv = randomized(
+        lambda: __import__("torchvision").models.VisionTransformer(
+            image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768, num_classes=10
+        )
+    )
     state_dict = tv.state_dict()
     del state_dict["encoder.layers.encoder_layer_5.ln_2.weight"]
     torch.save(state_dict, tmp_path / "tv.pth")
-    refused(tmp_path / "tv.pth", tmp_path / "out", r"missing keys .*torchvision layout: "
-                                                   r"'encoder\.layers\.encoder_layer_5\.ln_2\.weight'")
+    refused(
+        tmp_path / "tv.pth",
+        tmp_path / "out",
+        r"missing keys .*torchvision layout: "
+        r"'encoder\.layers\.encoder_layer_5\.ln_2\.weight'",
+    )
 
 
 def test_unexpected_keys(tmp_path, vit_state_dict):
@@ -135,8 +148,11 @@ def test_unexpected_keys(tmp_path, vit_state_dict):
 
 
 def test_shape_the_model_cannot_express(tmp_path):
-    odd = randomized(lambda: timm.models.vision_transformer.VisionTransformer(
-        img_size=64, patch_size=8, embed_dim=96, depth=3, num_heads=2, num_classes=4))
+    odd = randomized(
+        lambda: timm.models.vision_transformer.VisionTransformer(
+            img_size=64, patch_size=8, embed_dim=96, depth=3, num_heads=2, num_classes=4
+        )
+    )
     state_dict = odd.state_dict()
     state_dict["pos_embed"] = state_dict["pos_embed"][:, :-3]  # 62 positions: no grid
     save_file(state_dict, str(tmp_path / "odd.safetensors"))
@@ -160,8 +176,20 @@ def test_model_contradicting_the_shapes(tmp_path, vit_file):
 def test_unknown_source_format(tmp_path, vit_file):
     refused(vit_file, tmp_path / "out", "unknown source format 'keras'", source="keras")
     refused(vit_file, tmp_path / "out", "--from torchvision: the keys are not torchvision's", source="torchvision")
-    result = subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "convert", str(vit_file),
-                             str(tmp_path / "out"), "--from", "keras"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "timm_vitscratch.cli",
+            "convert",
+            str(vit_file),
+            str(tmp_path / "out"),
+            "--from",
+            "keras",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "invalid choice: 'keras'" in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -179,17 +207,21 @@ def test_not_a_checkpoint_at_all(tmp_path):
     refused(tmp_path / "nope.pth", tmp_path / "out", "does not exist")
 
 
-@pytest.mark.parametrize("kwargs, recorded", [
-    (dict(init_values=1e-5), dict(init_values=1e-5)),  # DeiT-III LayerScale
-    (dict(reg_tokens=4, no_embed_class=True, init_values=1e-5), dict(reg_tokens=4, no_embed_class=True)),  # DINOv2
-    (dict(global_pool="avg", fc_norm=True), dict(global_pool="avg")),  # MAE / BEiT
-    (dict(pre_norm=True, final_norm=False), dict(pre_norm=True, final_norm=False)),  # CLIP
-    (dict(global_pool="map"), dict(global_pool="map")),
-    (dict(qk_norm=True), dict(qk_norm=True)),
-])
+@pytest.mark.parametrize(
+    "kwargs, recorded",
+    [
+        (dict(init_values=1e-5), dict(init_values=1e-5)),  # DeiT-III LayerScale
+        (dict(reg_tokens=4, no_embed_class=True, init_values=1e-5), dict(reg_tokens=4, no_embed_class=True)),  # DINOv2
+        (dict(global_pool="avg", fc_norm=True), dict(global_pool="avg")),  # MAE / BEiT
+        (dict(pre_norm=True, final_norm=False), dict(pre_norm=True, final_norm=False)),  # CLIP
+        (dict(global_pool="map"), dict(global_pool="map")),
+        (dict(qk_norm=True), dict(qk_norm=True)),
+    ],
+)
 def test_timm_options_convert_and_are_recorded(tmp_path, kwargs, recorded):
-    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64,
-                                                 **kwargs))
+    model = randomized(
+        lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64, **kwargs)
+    )
     save_file(model.state_dict(), str(tmp_path / "newer.safetensors"))
     result = convert(tmp_path / "newer.safetensors", tmp_path / "out", verify=True)
     assert result.verification.passed
@@ -197,8 +229,9 @@ def test_timm_options_convert_and_are_recorded(tmp_path, kwargs, recorded):
 
 
 def test_timm_feature_the_model_cannot_hold(tmp_path):
-    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64,
-                                                 scale_attn_norm=True))
+    model = randomized(
+        lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64, scale_attn_norm=True)
+    )
     save_file(model.state_dict(), str(tmp_path / "newer.safetensors"))
     refused(tmp_path / "newer.safetensors", tmp_path / "out", "scale norms")
 
@@ -298,8 +331,12 @@ def test_conversion_killed_mid_write_keeps_previous_files(tmp_path, vit_file, si
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     other = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10), seed=5)
     save_file(other.state_dict(), str(tmp_path / "other.safetensors"))
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, str(tmp_path / "other.safetensors"), str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE, str(tmp_path / "other.safetensors"), str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "mid-write"
         staging = [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # staged beside OUT_DIR
@@ -347,10 +384,13 @@ def test_activation_a_config_names_that_the_model_cannot_build(tmp_path):
     model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64))
     (tmp_path / "src").mkdir()
     save_file(model.state_dict(), str(tmp_path / "src" / "model.safetensors"))
-    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 10,
-              "model_args": {"depth": 2, "img_size": 64, "act_layer": "no_such_act"}}
+    config = {
+        "architecture": "vit_tiny_patch16_224",
+        "num_classes": 10,
+        "model_args": {"depth": 2, "img_size": 64, "act_layer": "no_such_act"},
+    }
     (tmp_path / "src" / "config.json").write_text(json.dumps(config))
     refused(tmp_path / "src", tmp_path / "out", "act_layer is 'no_such_act'; expected one of")
     # a file's args hold data, never a class: an activation module is refused by the allow-list
-    with pytest.raises(ConversionError, match="act_layer is <class 'torch.nn.modules.activation.Softsign'>"):
+    with pytest.raises(ConversionError, match=re.escape("act_layer is <class 'torch.nn.modules.activation.Softsign'>")):
         architecture_facts("vit_tiny_patch16_224", {"depth": 1, "act_layer": torch.nn.Softsign}, "args")

@@ -1,7 +1,9 @@
 """Checkpoints as people have them (training checkpoints, EMA, DDP / torch.compile prefixes, old formats),
 dtypes, position-embedding resampling, the streaming writer and the CLI."""
+
 import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -11,14 +13,24 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from tests.support.sources import (
+    NUM_CLASSES,
+    TOL,
+    batch,
+    google_npz,
+    hf_config,
+    load_converted,
+    logits,
+    max_diff,
+    randomized,
+    timm_vit,
+    torchvision_vit,
+)
 from timm_vitscratch.convert import ConversionError, convert
 from timm_vitscratch.convert.checkpoint import open_checkpoint
-from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import METADATA_KEY
-
-from tests.support.sources import (NUM_CLASSES, TOL, batch, google_npz, hf_config, load_converted, logits, max_diff, randomized,
-                     timm_vit, torchvision_vit)
+from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 
 
 def converted_weights(out_dir):
@@ -57,7 +69,7 @@ def test_ema_requested_but_absent(tmp_path):
     with pytest.raises(ConversionError, match="no state_dict_ema or model_ema"):
         convert(tmp_path / "no_ema.pth.tar", tmp_path / "out", ema=True)
     save_file(timm_vit().state_dict(), str(tmp_path / "w.safetensors"))
-    with pytest.raises(ConversionError, match="EMA weights come from a train.py checkpoint"):
+    with pytest.raises(ConversionError, match=re.escape("EMA weights come from a train.py checkpoint")):
         convert(tmp_path / "w.safetensors", tmp_path / "out", ema=True)
     assert not (tmp_path / "out").exists()
 
@@ -149,8 +161,14 @@ def test_resample_position_embedding_like_transformers_and_timms_npz_loader(tmp_
 
 
 def test_streaming_writer_output_is_standard_safetensors(tmp_path):
-    tensors = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int64), "c": torch.randn(2).half(),
-               "d": torch.randn(4, 1).bfloat16(), "e": torch.zeros(0, 3), "f": torch.tensor(True)}
+    tensors = {
+        "a": torch.randn(3, 5),
+        "b": torch.arange(7, dtype=torch.int64),
+        "c": torch.randn(2).half(),
+        "d": torch.randn(4, 1).bfloat16(),
+        "e": torch.zeros(0, 3),
+        "f": torch.tensor(True),
+    }
     specs = [TensorSpec(k, tuple(v.shape), v.dtype) for k, v in tensors.items()]
     sha = write_safetensors(tmp_path / "w.safetensors", specs, lambda spec: tensors[spec.name])
     assert sha == sha256_file(tmp_path / "w.safetensors")
@@ -190,8 +208,18 @@ def test_cli_convert_says_what_it_found_and_export(tmp_path, capsys):
     assert "does not match" in capsys.readouterr().err
     # the console script: an error is one line on stderr, exit status 2, no traceback
     (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{broken")
-    result = subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "convert",
-                             str(tmp_path / "broken.safetensors"), str(tmp_path / "o2")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "timm_vitscratch.cli",
+            "convert",
+            str(tmp_path / "broken.safetensors"),
+            str(tmp_path / "o2"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and result.stderr.startswith("vitscratch: error: ")
     assert "broken.safetensors" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()

@@ -1,4 +1,5 @@
 """Export back out (timm, torchvision, JAX) and round trips: the weights come back bit for bit."""
+
 import numpy as np
 import pytest
 import timm
@@ -6,12 +7,11 @@ import torch
 import torchvision
 from safetensors.torch import load_file, save_file
 
+from tests.support import tiny
+from tests.support.sources import NUM_CLASSES, TOL, batch, logits, max_diff, randomized, timm_deit_distilled
 from timm_vitscratch.convert import ConversionError, convert, export
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import model_config, save_model_directory, write_config
-
-from tests.support import tiny
-from tests.support.sources import NUM_CLASSES, TOL, batch, logits, max_diff, randomized, timm_deit_distilled
 
 
 def scratch_dir(tmp_path, name="scratch_vit_ti16", **kwargs):
@@ -58,8 +58,15 @@ def test_scratch_torchvision_scratch_is_bit_exact(tmp_path, representation):
     model_dir, ours = scratch_dir(tmp_path, **kwargs)
     export(model_dir, "torchvision", tmp_path / "tv.pth")
     stock = torchvision.models.VisionTransformer(
-        image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768,
-        num_classes=NUM_CLASSES, representation_size=192 if representation else None).eval()
+        image_size=224,
+        patch_size=16,
+        num_layers=12,
+        num_heads=3,
+        hidden_dim=192,
+        mlp_dim=768,
+        num_classes=NUM_CLASSES,
+        representation_size=192 if representation else None,
+    ).eval()
     stock.load_state_dict(torch.load(tmp_path / "tv.pth", weights_only=True), strict=True)
     assert max_diff(logits(stock, batch()), logits(ours, batch())) <= TOL
     convert(tmp_path / "tv.pth", tmp_path / "back")
@@ -124,13 +131,16 @@ def test_small_scratch_model_exports_to_jax_with_heads_axis(tmp_path):
         assert npz["embedding/kernel"].shape == (8, 8, 3, 64)
 
 
-@pytest.mark.parametrize("options, refused", [
-    (dict(init_values=1e-5), r"no place for \['blocks\.0\.ls1\.gamma'"),
-    (dict(reg_tokens=2), r"no place for \['reg_token'\]"),
-    (dict(qk_norm=True), r"no place for \['blocks\.0\.attn\.k_norm\.bias'"),
-    (dict(act_layer="quick_gelu"), "exact GELU; this model's MLP activation is QuickGELU"),
-    (dict(no_embed_class=True), "no_embed_class=True"),
-])
+@pytest.mark.parametrize(
+    "options, refused",
+    [
+        (dict(init_values=1e-5), r"no place for \['blocks\.0\.ls1\.gamma'"),
+        (dict(reg_tokens=2), r"no place for \['reg_token'\]"),
+        (dict(qk_norm=True), r"no place for \['blocks\.0\.attn\.k_norm\.bias'"),
+        (dict(act_layer="quick_gelu"), "exact GELU; this model's MLP activation is QuickGELU"),
+        (dict(no_embed_class=True), "no_embed_class=True"),
+    ],
+)
 def test_export_never_drops_an_option_the_target_cannot_hold(tmp_path, options, refused):
     model = randomized(lambda: timm.create_model("scratch_vit_ti16", num_classes=NUM_CLASSES, **options))
     model_dir = save_model_directory(model, tmp_path / "scratch")  # config.json records the options

@@ -3,6 +3,7 @@
 The reference logits are computed here with the source library's model; ``--verify`` (also run) builds
 its own reference separately.
 """
+
 import json
 
 import timm
@@ -10,12 +11,24 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
+from tests.support.sources import (
+    NUM_CLASSES,
+    TOL,
+    batch,
+    google_npz,
+    hf_config,
+    hf_legacy_state_dict,
+    load_converted,
+    logits,
+    max_diff,
+    randomized,
+    timm_deit_distilled,
+    timm_vit,
+    torchvision_vit,
+)
 from timm_vitscratch.convert import convert
-from timm_vitscratch.hub.model_dir import METADATA_KEY
 from timm_vitscratch.files import sha256_file
-
-from tests.support.sources import (NUM_CLASSES, TOL, batch, google_npz, hf_config, hf_legacy_state_dict, load_converted, logits,
-                     max_diff, randomized, timm_deit_distilled, timm_vit, torchvision_vit)
+from timm_vitscratch.hub.model_dir import METADATA_KEY
 
 
 def check(src, out, reference, x=None, **kwargs):
@@ -26,14 +39,16 @@ def check(src, out, reference, x=None, **kwargs):
     diff = max_diff(logits(ours, x), logits(reference, x))
     assert diff <= TOL, diff
     assert result.verification.max_abs_diff <= TOL
-    print(f"{result.source_format}: {result.model_name} max-abs-diff {diff:.2e} (verify {result.verification.max_abs_diff:.2e})")
+    print(
+        f"{result.source_format}: {result.model_name} max-abs-diff {diff:.2e} (verify {result.verification.max_abs_diff:.2e})"
+    )
     return result, ours
 
 
 def test_timm_vit(tmp_path):
     source = timm_vit()
     torch.save(source.state_dict(), tmp_path / "vit.pth")
-    result, ours = check(tmp_path / "vit.pth", tmp_path / "out", source)
+    result, _ = check(tmp_path / "vit.pth", tmp_path / "out", source)
     assert (result.source_format, result.detected, result.model_name) == ("timm", True, "scratch_vit_ti16")
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architecture"] == "scratch_vit_ti16" and config["num_classes"] == NUM_CLASSES
@@ -58,13 +73,17 @@ def test_torchvision_vit(tmp_path):
     # the variant's cfg is its default pretrained tag's; converted weights claim none of that tag's provenance
     tag_cfg = timm.models.get_pretrained_cfg("scratch_vit_ti16").to_dict()
     assert tag_cfg["tag"] and tag_cfg["origin_url"]
-    assert not {"tag", "description", "origin_url", "paper_name", "paper_ids", "license"} & set(config["pretrained_cfg"])
+    assert not {"tag", "description", "origin_url", "paper_name", "paper_ids", "license"} & set(
+        config["pretrained_cfg"]
+    )
 
 
 def test_torchvision_legacy_mlp_names(tmp_path):
     source = torchvision_vit()
-    old = {k.replace("mlp.0.", "mlp.linear_1.").replace("mlp.3.", "mlp.linear_2."): v
-           for k, v in source.state_dict().items()}
+    old = {
+        k.replace("mlp.0.", "mlp.linear_1.").replace("mlp.3.", "mlp.linear_2."): v
+        for k, v in source.state_dict().items()
+    }
     assert any(".mlp.linear_1." in k for k in old)
     # torchvision itself still loads the old names (its MLPBlock renames them): same model
     reloaded = torchvision_vit()
@@ -131,8 +150,11 @@ def test_transformers_vit_model_pooler_is_the_representation_layer(tmp_path):
 
     source = randomized(lambda: ViTModel(hf_config(), add_pooling_layer=True))
     source.save_pretrained(tmp_path / "hub")
-    reference = lambda x: source(pixel_values=x).pooler_output  # noqa: E731
-    result, ours = check(tmp_path / "hub", tmp_path / "out", reference)
+
+    def reference(x):
+        return source(pixel_values=x).pooler_output
+
+    result, _ = check(tmp_path / "hub", tmp_path / "out", reference)
     assert result.model_args["num_classes"] == 0 and result.model_args["representation_size"] == 192
 
 
@@ -141,7 +163,7 @@ def test_transformers_deit_with_teacher(tmp_path):
 
     source = randomized(lambda: DeiTForImageClassificationWithTeacher(hf_config("DeiTConfig")))
     source.save_pretrained(tmp_path / "hub")
-    result, ours = check(tmp_path / "hub", tmp_path / "out", source)
+    result, _ = check(tmp_path / "hub", tmp_path / "out", source)
     assert result.model_name == "scratch_deit_ti16_distilled"
 
 
@@ -159,15 +181,17 @@ def test_jax_npz(tmp_path):
 def test_jax_has_logits(tmp_path):
     source = timm_vit(num_classes=0)  # timm's ViT has no representation layer: add Google's pre_logits arrays
     generator = torch.Generator().manual_seed(3)
-    rep = {"pre_logits/kernel": 0.05 * torch.randn(192, 192, generator=generator),
-           "pre_logits/bias": 0.05 * torch.randn(192, generator=generator),
-           "head/kernel": 0.05 * torch.randn(192, NUM_CLASSES, generator=generator),
-           "head/bias": 0.05 * torch.randn(NUM_CLASSES, generator=generator)}
+    rep = {
+        "pre_logits/kernel": 0.05 * torch.randn(192, 192, generator=generator),
+        "pre_logits/bias": 0.05 * torch.randn(192, generator=generator),
+        "head/kernel": 0.05 * torch.randn(192, NUM_CLASSES, generator=generator),
+        "head/bias": 0.05 * torch.randn(NUM_CLASSES, generator=generator),
+    }
     npz = google_npz(source, tmp_path / "ViT-Ti_16-21k.npz", representation=rep)
 
     def reference(x):  # has_logits: features -> Dense + tanh -> Dense, as in Google's ViT
         hidden = torch.tanh(source(x) @ rep["pre_logits/kernel"] + rep["pre_logits/bias"])
         return hidden @ rep["head/kernel"] + rep["head/bias"]
 
-    result, ours = check(npz, tmp_path / "out", reference)
+    result, _ = check(npz, tmp_path / "out", reference)
     assert result.model_args["representation_size"] == 192 and result.model_args["num_classes"] == NUM_CLASSES

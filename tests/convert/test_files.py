@@ -1,15 +1,16 @@
 """Atomic writes and the shared model-directory format."""
+
 import json
+import re
 
 import pytest
 import timm
 import torch
 from safetensors.torch import save_file
 
+from tests.support import tiny
 from timm_vitscratch.files import atomic_write, sha256_file
 from timm_vitscratch.hub.model_dir import METADATA_KEY, WEIGHTS_NAME, model_config, read_config, write_config
-
-from tests.support import tiny
 
 
 def test_atomic_write_keeps_previous_file_on_error(tmp_path):
@@ -55,7 +56,7 @@ def test_model_directory_loads_with_timm_local_dir(tmp_path):
 
 
 def test_read_config_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json not found"):
+    with pytest.raises(FileNotFoundError, match=re.escape("config.json not found")):
         read_config(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):

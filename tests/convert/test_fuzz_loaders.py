@@ -8,6 +8,7 @@ with a message naming the file and the problem. The parsing runs in a child proc
 (``loader_worker.py``), so an interpreter crash or a hang is caught and reported, not suffered.
 Deterministic (``derandomize=True``) and bounded; conftest.py prints the number of cases run.
 """
+
 import argparse
 import json
 import shutil
@@ -19,19 +20,28 @@ from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
+from tests.support import tiny
+from tests.support.fuzz_plan import PLAN
+from tests.support.fuzzing import (
+    CASES,
+    LoaderProcess,
+    check_outcome,
+    damaged,
+    fuzz_settings,
+    safetensors_structure,
+    whole,
+    zip_structure,
+)
+from tests.support.hub_fixtures import model_dir, repo_for, upload_raw
+from tests.support.sources import google_npz, timm_vit
 from timm_vitscratch import hub
 from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 
-from tests.support import tiny
-from tests.support.fuzz_plan import PLAN
-from tests.support.fuzzing import CASES, LoaderProcess, check_outcome, damaged, fuzz_settings, safetensors_structure, whole, zip_structure
-from tests.support.hub_fixtures import model_dir, repo_for, upload_raw
-from tests.support.sources import google_npz, timm_vit
-
 #: cases per test, from the one table (kept small enough for CI: about a minute for the whole file)
-READER_CASES = {c: PLAN[f"checkpoint reader, {c}"] for c in ("safetensors", "torch-zip", "torch-legacy", "npz",
-                                                               "npz-compressed")}
+READER_CASES = {
+    c: PLAN[f"checkpoint reader, {c}"] for c in ("safetensors", "torch-zip", "torch-legacy", "npz", "npz-compressed")
+}
 CONFIG_CASES = PLAN["config.json bytes (read_config + check_model_directory)"]
 CONFIG_FIELD_CASES = PLAN["config.json fields of any type (check_model_directory)"]
 WEIGHTS_CASES = PLAN["model.safetensors bytes (check_model_directory)"]
@@ -48,6 +58,7 @@ def loader():
 
 def fuzz(name: str, data: bytes, structure, cases: int, check) -> None:
     """Run ``check(damaged_bytes, description)`` on ``cases`` damaged copies of ``data``."""
+
     @fuzz_settings(cases)
     @given(damaged(data, structure))
     def case(damage):
@@ -60,10 +71,12 @@ def fuzz(name: str, data: bytes, structure, cases: int, check) -> None:
 
 def small_state_dict():
     g = torch.Generator().manual_seed(0)
-    return {"module.blocks.0.attn.qkv.weight": torch.randn(6, 4, generator=g),
-            "module.blocks.0.attn.qkv.bias": torch.randn(6, generator=g).half(),
-            "module.cls_token": torch.randn(1, 1, 4, generator=g),
-            "module.head.bias": torch.arange(3, dtype=torch.int64)}
+    return {
+        "module.blocks.0.attn.qkv.weight": torch.randn(6, 4, generator=g),
+        "module.blocks.0.attn.qkv.bias": torch.randn(6, generator=g).half(),
+        "module.cls_token": torch.randn(1, 1, 4, generator=g),
+        "module.head.bias": torch.arange(3, dtype=torch.int64),
+    }
 
 
 def reader_source(container: str, tmp_path):
@@ -119,10 +132,15 @@ def test_damaged_config_json_reads_and_checks_or_raise_model_directory_error(loa
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.integers(-3, 2 ** 31) | st.floats()
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.integers(-3, 2**31)
+    | st.floats()
     | st.text(max_size=12),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
-    max_leaves=8)
+    max_leaves=8,
+)
 
 
 def json_paths(value, prefix=()):
@@ -173,8 +191,13 @@ def test_damaged_weights_never_pass_check_model_directory(loader, tmp_path):
         assert outcome == "error", f"{description}: damaged weights passed the check"
         return outcome
 
-    fuzz("model.safetensors bytes (check_model_directory)", original, safetensors_structure(original), WEIGHTS_CASES,
-         check)
+    fuzz(
+        "model.safetensors bytes (check_model_directory)",
+        original,
+        safetensors_structure(original),
+        WEIGHTS_CASES,
+        check,
+    )
 
 
 def convert_source(kind: str, tmp_path):
@@ -236,8 +259,12 @@ def test_pull_installs_only_verified_files_from_a_repo_of_damaged_files(hub_env,
     weights = (source / "model.safetensors").read_bytes()
     config = (source / "config.json").read_bytes()
     half = PULL_CASES // 2
-    fuzz("pull, damaged config.json", config, whole(config), half,
-         lambda c, d: check(c, d, "config.json"))
-    fuzz("pull, damaged model.safetensors", weights, safetensors_structure(weights), PULL_CASES - half,
-         lambda c, d: check(c, d, "model.safetensors"))
+    fuzz("pull, damaged config.json", config, whole(config), half, lambda c, d: check(c, d, "config.json"))
+    fuzz(
+        "pull, damaged model.safetensors",
+        weights,
+        safetensors_structure(weights),
+        PULL_CASES - half,
+        lambda c, d: check(c, d, "model.safetensors"),
+    )
     assert set(CASES["pull, damaged model.safetensors"]) == {"error"}

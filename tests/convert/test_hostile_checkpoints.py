@@ -12,6 +12,7 @@ with the same weights without the payload (which must load, so the refusal is th
   ``local-dir:`` and ``hf-hub:`` repos whose weights are a pickle;
 * ``vitscratch pull``, which only ever fetches ``model.safetensors`` and so never downloads the pickle.
 """
+
 import pickle
 import subprocess
 import sys
@@ -21,13 +22,12 @@ import pytest
 import timm
 import torch
 
-from timm_vitscratch.cli import main as cli_main
-from timm_vitscratch.hub.model_dir import model_config, write_config
-from timm_vitscratch.models.variants import ARCHITECTURES
-
 from tests.support import TINY, tiny
 from tests.support.hub_fixtures import repo_for, upload_raw
 from tests.support.sources import timm_vit
+from timm_vitscratch.cli import main as cli_main
+from timm_vitscratch.hub.model_dir import model_config, write_config
+from timm_vitscratch.models.variants import ARCHITECTURES
 
 
 class WritesMarker:
@@ -70,8 +70,11 @@ def vit_weights():
 
 def save_hostile(path, markers, container="zip", state=None):
     """A train.py-style checkpoint with valid weights and the payload beside them."""
-    payload = {"state_dict": weights() if state is None else state, "epoch": 1,
-               "extra": [WritesMarker(markers[0]), SpawnsProcess(markers[1])]}
+    payload = {
+        "state_dict": weights() if state is None else state,
+        "epoch": 1,
+        "extra": [WritesMarker(markers[0]), SpawnsProcess(markers[1])],
+    }
     if container == "raw pickle":
         path.write_bytes(pickle.dumps(payload, protocol=2))
     else:
@@ -87,11 +90,14 @@ def save_clean(path, state=None):
 def test_the_payload_is_live(tmp_path, markers):
     """Loaded unsafely (in one throwaway process), each hostile file runs both pieces of code."""
     containers = ("zip", "legacy", "raw pickle")
-    paths = [save_hostile(tmp_path / f"evil-{c}.pth", [tmp_path / f"{m.name}-{c}" for m in markers], c)
-             for c in containers]
+    paths = [
+        save_hostile(tmp_path / f"evil-{c}.pth", [tmp_path / f"{m.name}-{c}" for m in markers], c) for c in containers
+    ]
     # (a raw pickle is not a torch.save file: torch runs it while looking for its magic number, then fails)
-    code = ("import sys, torch\nfor path in sys.argv[1:]:\n    try:\n        torch.load(path, weights_only=False)\n"
-            "    except Exception:\n        pass\n")
+    code = (
+        "import sys, torch\nfor path in sys.argv[1:]:\n    try:\n        torch.load(path, weights_only=False)\n"
+        "    except Exception:\n        pass\n"
+    )
     subprocess.run([sys.executable, "-c", code, *map(str, paths)], check=True, capture_output=True, timeout=300)
     expected = [tmp_path / f"{m.name}-{c}" for c in containers for m in markers]
     for _ in range(100):  # the spawned processes may finish after the loader
@@ -131,8 +137,14 @@ def train_py_create_model(name, pretrained_path="", initial_checkpoint=""):
     factory_kwargs = {}
     if pretrained_path:
         factory_kwargs["pretrained_cfg_overlay"] = dict(file=str(pretrained_path), num_classes=-1)
-    return timm.create_model(name, pretrained=bool(pretrained_path), num_classes=3,
-                             checkpoint_path=str(initial_checkpoint), **factory_kwargs, **TINY)
+    return timm.create_model(
+        name,
+        pretrained=bool(pretrained_path),
+        num_classes=3,
+        checkpoint_path=str(initial_checkpoint),
+        **factory_kwargs,
+        **TINY,
+    )
 
 
 @pytest.mark.parametrize("suffix", [".pth", ".pth.tar", ".bin"])
@@ -144,12 +156,16 @@ def test_pretrained_path_and_initial_checkpoint_refuse(suffix, tmp_path, markers
     with pytest.raises(RuntimeError, match="weights_only=True blocked loading"):
         train_py_create_model("scratch_vit_ti16", initial_checkpoint=evil)
     with pytest.raises(RuntimeError, match="weights_only=True blocked loading"):
-        timm.create_model("scratch_vit_ti16", pretrained=True, pretrained_cfg_overlay=dict(file=str(evil)),
-                          num_classes=3, **TINY)
+        timm.create_model(
+            "scratch_vit_ti16", pretrained=True, pretrained_cfg_overlay=dict(file=str(evil)), num_classes=3, **TINY
+        )
     expected = weights()["blocks.0.attn.qkv.weight"]
-    for model in (train_py_create_model("scratch_vit_ti16", initial_checkpoint=clean),
-                  timm.create_model("scratch_vit_ti16", pretrained=True, num_classes=3,
-                                    pretrained_cfg_overlay=dict(file=str(clean)), **TINY)):
+    for model in (
+        train_py_create_model("scratch_vit_ti16", initial_checkpoint=clean),
+        timm.create_model(
+            "scratch_vit_ti16", pretrained=True, num_classes=3, pretrained_cfg_overlay=dict(file=str(clean)), **TINY
+        ),
+    ):
         assert torch.equal(model.blocks[0].attn.qkv.weight, expected)
 
 
@@ -160,8 +176,10 @@ def pickle_model_dir(directory, markers=None):
     if markers is None:
         torch.save(weights(), directory / "pytorch_model.bin")
     else:
-        torch.save({**weights(), "extra": WritesMarker(markers[0]), "more": SpawnsProcess(markers[1])},
-                   directory / "pytorch_model.bin")
+        torch.save(
+            {**weights(), "extra": WritesMarker(markers[0]), "more": SpawnsProcess(markers[1])},
+            directory / "pytorch_model.bin",
+        )
     return directory
 
 

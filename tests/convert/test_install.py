@@ -1,6 +1,8 @@
 """The install machinery (timm_vitscratch/install.py): staging names, recovery that touches only its own
 target's staging and only what no living process holds, and writers that notice each other."""
+
 import os
+import re
 import signal
 import time
 
@@ -9,8 +11,14 @@ import pytest
 from timm_vitscratch import install
 from timm_vitscratch.files import atomic_write
 from timm_vitscratch.install import (
-    ConcurrentWriteError, identity, install_directory, staged_directory, staged_file, staging_name,
-    staging_pattern, starting_point,
+    ConcurrentWriteError,
+    identity,
+    install_directory,
+    staged_directory,
+    staged_file,
+    staging_name,
+    staging_pattern,
+    starting_point,
 )
 
 
@@ -20,14 +28,23 @@ def test_staging_names_are_per_process_and_match_only_their_own_target(tmp_path)
     assert len(names) == 50 and all(n.startswith(f".a.{os.getpid()}-") for n in names)
     pattern = staging_pattern(a)
     assert all(pattern.fullmatch(n) for n in names)
-    for sibling in (staging_name(ab, "tmp"), staging_name(ab, "old"), tmp_path / ".a.b.x1y2.old",
-                    staging_name(tmp_path / "a.1-deadbeef.tmp", "tmp"), tmp_path / ".a.tmp"):
+    for sibling in (
+        staging_name(ab, "tmp"),
+        staging_name(ab, "old"),
+        tmp_path / ".a.b.x1y2.old",
+        staging_name(tmp_path / "a.1-deadbeef.tmp", "tmp"),
+        tmp_path / ".a.tmp",
+    ):
         assert not pattern.fullmatch(sibling.name), sibling.name
 
 
 def test_recovering_one_target_leaves_a_siblings_set_aside_model_alone(tmp_path):
     """Probe f7: a pull into ``a`` recovering must not delete what an interrupted pull into ``a.b`` set aside."""
-    siblings = [tmp_path / ".a.b.x1y2.old", staging_name(tmp_path / "a.b", "old"), staging_name(tmp_path / "a.b", "tmp")]
+    siblings = [
+        tmp_path / ".a.b.x1y2.old",
+        staging_name(tmp_path / "a.b", "old"),
+        staging_name(tmp_path / "a.b", "tmp"),
+    ]
     for path in siblings:
         path.mkdir()
         (path / "model.safetensors").write_text("a.b's previous model")
@@ -91,7 +108,9 @@ def test_recovery_never_removes_a_living_writers_staging_and_removes_it_once_the
 
 def test_atomic_write_refuses_to_replace_what_another_writer_wrote_meanwhile(tmp_path):
     target = tmp_path / "out.bin"
-    with pytest.raises(ConcurrentWriteError, match="out.bin was written by another process while this one ran"):
+    with pytest.raises(
+        ConcurrentWriteError, match=re.escape("out.bin was written by another process while this one ran")
+    ):
         with atomic_write(target) as first:
             first.write(b"first")
             with atomic_write(target) as second:  # a second writer starts after the first and ends before it

@@ -8,21 +8,21 @@ model-directory check with the old or the new sha256 (a user's README.md kept), 
 is missing until recovery puts the old model back; the next run installs the new model and leaves nothing
 beside it. conftest prints the kills per outcome; ``pytest -s`` prints the step table.
 """
+
 import shutil
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.support import tiny
+from tests.support.child_writers import run_killed_at
+from tests.support.fuzzing import CASES
+from tests.support.hub_fixtures import model_dir, repo_for
 from timm_vitscratch import hub, install
 from timm_vitscratch.convert import convert, export
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import check_model_directory
-
-from tests.support import tiny
-from tests.support.fuzzing import CASES
-from tests.support.hub_fixtures import model_dir, repo_for
-from tests.support.child_writers import run_killed_at
 
 NOTES = "my notes on this model\n"
 
@@ -34,7 +34,7 @@ def weights_file(path, seed):
 
 
 def state_of(out, old, new, notes=True):
-    """"old" or "new" when ``out`` is that model, whole; "missing" when there is nothing at ``out``."""
+    """ "old" or "new" when ``out`` is that model, whole; "missing" when there is nothing at ``out``."""
     if not out.exists():
         return "missing"
     if out.is_dir():
@@ -59,7 +59,7 @@ def kill_at_every_step(name, out, reset, action, check, next_run, exchange=True)
     steps = reference.steps
     rows = []
     for k, step in enumerate(steps, 1):
-        for midway in ([False, True] if step.startswith("rmtree") else [False]):
+        for midway in [False, True] if step.startswith("rmtree") else [False]:
             reset()
             run = run_killed_at(work, action, step=k, midway=midway, exchange=exchange)
             assert run.killed and run.steps == steps[:k], run
@@ -102,9 +102,15 @@ def test_convert_killed_at_every_step_of_its_install(exchange, two_sources, tmp_
 
     reset()
     old = sha256_file(out / "model.safetensors")
-    rows = kill_at_every_step(f"convert ({'exchange' if exchange else 'two renames'})", out, reset,
-                              lambda: convert(new_src, out), lambda: state_of(out, old, new),
-                              lambda: convert(new_src, out), exchange=exchange)
+    rows = kill_at_every_step(
+        f"convert ({'exchange' if exchange else 'two renames'})",
+        out,
+        reset,
+        lambda: convert(new_src, out),
+        lambda: state_of(out, old, new),
+        lambda: convert(new_src, out),
+        exchange=exchange,
+    )
     swap = [state for _, step, state in rows if "rename_exchange" in step or step.endswith("-> out")]
     assert swap and all(state.endswith("old") for state in swap)  # before the swap: the old model
     assert rows[-1][2] == "new"  # removing the old copy, even killed midway: the new model
@@ -124,9 +130,14 @@ def test_export_killed_at_every_step_of_its_install(two_sources, tmp_path):
         work.mkdir()
         shutil.copyfile(old_src, out)
 
-    rows = kill_at_every_step("export", out, reset, lambda: export(model, "timm", out),
-                              lambda: state_of(out, sha256_file(old_src), new),
-                              lambda: export(model, "timm", out))
+    rows = kill_at_every_step(
+        "export",
+        out,
+        reset,
+        lambda: export(model, "timm", out),
+        lambda: state_of(out, sha256_file(old_src), new),
+        lambda: export(model, "timm", out),
+    )
     assert [state for _, _, state in rows] == ["old"]
 
 
@@ -147,7 +158,13 @@ def test_pull_killed_at_every_step_of_its_install(exchange, hub_env, tmp_path, r
         work.mkdir()
         shutil.copytree(first, out)
 
-    rows = kill_at_every_step(f"pull ({'exchange' if exchange else 'two renames'})", out, reset,
-                              lambda: hub.pull(repo, out, force=True), lambda: state_of(out, old, new, notes=False),
-                              lambda: hub.pull(repo, out, force=True), exchange=exchange)
+    rows = kill_at_every_step(
+        f"pull ({'exchange' if exchange else 'two renames'})",
+        out,
+        reset,
+        lambda: hub.pull(repo, out, force=True),
+        lambda: state_of(out, old, new, notes=False),
+        lambda: hub.pull(repo, out, force=True),
+        exchange=exchange,
+    )
     assert rows[-1][2] == "new"

@@ -5,6 +5,7 @@ The loaders run in a child process whose address space is capped (``RLIMIT_AS``)
 ``MemoryError`` (or crash) instead of raising our error. A control allocation shows the cap bites, and
 small valid files still load under it.
 """
+
 import json
 import struct
 import zipfile
@@ -13,12 +14,11 @@ import numpy as np
 import pytest
 from safetensors.torch import save_file
 
-from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import read_config, write_config
-
 from tests.support import tiny
 from tests.support.fuzzing import LoaderProcess, check_outcome
 from tests.support.hub_fixtures import model_dir
+from timm_vitscratch.files import sha256_file
+from timm_vitscratch.hub.model_dir import read_config, write_config
 
 HEADROOM = 384 << 20
 BOMB_BYTES = 512 << 20  # more than the headroom: decompressing it under the cap would fail
@@ -42,15 +42,20 @@ def safetensors_bytes(header, data=b"", header_length=None):
 
 SAFETENSORS_LIES = {
     "a 16 GiB tensor in a tiny file": (
-        {"w": {"dtype": "F32", "shape": [65536, 65536], "data_offsets": [0, 65536 * 65536 * 4]}}, None),
-    "offsets a terabyte past the end": ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [2 ** 40, 2 ** 40 + 16]}},
-                                        None),
+        {"w": {"dtype": "F32", "shape": [65536, 65536], "data_offsets": [0, 65536 * 65536 * 4]}},
+        None,
+    ),
+    "offsets a terabyte past the end": (
+        {"w": {"dtype": "F32", "shape": [4], "data_offsets": [2**40, 2**40 + 16]}},
+        None,
+    ),
     "a shape whose size overflows 64 bits": (
-        {"w": {"dtype": "F32", "shape": [2 ** 32, 2 ** 32, 2 ** 32], "data_offsets": [0, 16]}}, None),
+        {"w": {"dtype": "F32", "shape": [2**32, 2**32, 2**32], "data_offsets": [0, 16]}},
+        None,
+    ),
     "offsets reversed": ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [16, 0]}}, None),
-    "a header length of 2**62 bytes": ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, 2 ** 62),
-    "a header length of 99,999,992 bytes": ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
-                                            99_999_992),
+    "a header length of 2**62 bytes": ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, 2**62),
+    "a header length of 99,999,992 bytes": ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, 99_999_992),
 }
 
 

@@ -1,6 +1,7 @@
 """Writes that cannot clobber: convert and export never write over their input, convert asks for --force
 before writing into a directory that is not a model directory, and a failed write says why and leaves
 nothing behind."""
+
 import os
 import resource
 import signal
@@ -9,13 +10,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from timm_vitscratch.cli import main
-from timm_vitscratch.convert import ConversionError, convert, export
-from timm_vitscratch.hub.model_dir import check_model_directory
-
 from tests.support import tiny
 from tests.support.child_writers import run_in_child
 from tests.support.sources import hf_config, randomized
+from timm_vitscratch.cli import main
+from timm_vitscratch.convert import ConversionError, convert, export
+from timm_vitscratch.hub.model_dir import check_model_directory
 
 
 def snapshot(directory):
@@ -67,9 +67,18 @@ def test_convert_refuses_an_output_that_is_or_holds_its_input(weights, model, tm
     from transformers import ViTForImageClassification
 
     hf_dir = tmp_path / "hf"
-    randomized(lambda: ViTForImageClassification(hf_config(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32,
-        patch_size=8))).save_pretrained(hf_dir)
+    randomized(
+        lambda: ViTForImageClassification(
+            hf_config(
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=128,
+                image_size=32,
+                patch_size=8,
+            )
+        )
+    ).save_pretrained(hf_dir)
     before = snapshot(tmp_path)
     refused_by_cli(["convert", str(hf_dir), str(hf_dir)], capsys, "is also the output directory")
     refused_by_cli(["convert", str(hf_dir), str(tmp_path)], capsys, "lies in the output directory")

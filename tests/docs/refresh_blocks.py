@@ -3,6 +3,7 @@
 Run from the repository root after a change that alters a shown figure, then review the diff:
 ``python -m tests.docs.refresh_blocks``. The test in ``test_doc_blocks.py`` checks the same blocks.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -18,8 +19,14 @@ def refresh(path: Path, env: dict) -> bool:
     lines = path.read_text(encoding="utf-8").splitlines()
     changed = False
     for block in reversed(checked_blocks(path)):  # bottom-up: earlier line numbers stay valid
-        done = subprocess.run(["bash", "-c", f"set -o pipefail; {block.command}"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["bash", "-c", f"set -o pipefail; {block.command}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             raise SystemExit(f"{block.where}: `{block.command}` exited with {done.returncode}:\n{done.stderr}")
         printed = normalised(done.stdout)

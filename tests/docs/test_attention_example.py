@@ -1,4 +1,5 @@
 """docs/make_attention_example.py is deterministic: two renders are the same bytes, with no software version."""
+
 import importlib.util
 from pathlib import Path
 

@@ -1,11 +1,11 @@
 """The docs and the CLI agree: every option ``vitscratch CMD --help`` lists is documented where the docs
 talk about that command, every ``vitscratch ...`` command line the docs' shell blocks show parses, and
 every command and option named in the prose (```vitscratch convert --labels```) exists."""
+
 from __future__ import annotations
 
 import re
 import shlex
-from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -18,12 +18,12 @@ SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "2>&1", "&"}
 SHELL_FENCES = {"", "bash", "sh", "shell", "console"}
 
 
-def help_options(parser) -> List[str]:
+def help_options(parser) -> list[str]:
     """The options a parser's --help lists (its own --help aside)."""
     return sorted(set(OPTION.findall(parser.format_help())) - {"--help"})
 
 
-def sections() -> List[Tuple[str, str]]:
+def sections() -> list[tuple[str, str]]:
     """(where, text) for every heading section of the README and docs/."""
     found = []
     for path in markdown_files():
@@ -37,14 +37,14 @@ def sections() -> List[Tuple[str, str]]:
     return found
 
 
-def documented(command: Optional[str], option: str, pages: List[Tuple[str, str]]) -> bool:
+def documented(command: str | None, option: str, pages: list[tuple[str, str]]) -> bool:
     """Whether a section that names ``vitscratch COMMAND`` also names ``option``."""
     name = re.compile(rf"vitscratch {command}(?![\w-])" if command else r"vitscratch(?![\w-])")
     flag = re.compile(rf"(?<![\w-]){re.escape(option)}(?![\w-])")
     return any(name.search(text) and flag.search(text) for _, text in pages)
 
 
-def shown_commands() -> List[Tuple[str, str]]:
+def shown_commands() -> list[tuple[str, str]]:
     """(where, command line) for every ``vitscratch ...`` line in a shell block."""
     found = []
     for path in markdown_files():
@@ -53,20 +53,23 @@ def shown_commands() -> List[Tuple[str, str]]:
         while index < len(lines):
             opening = FENCE.match(lines[index])
             if opening:
-                fence, info = opening.group("fence"), lines[index][len(opening.group("fence")):].strip()
+                fence, info = opening.group("fence"), lines[index][len(opening.group("fence")) :].strip()
                 output = index > 0 and MARKER.match(lines[index - 1])  # a checked block holds output
                 end = next(i for i in range(index + 1, len(lines)) if lines[i].strip() == fence)
                 if info in SHELL_FENCES and not output:
-                    body = "\n".join(lines[index + 1:end]).replace("\\\n", " ")
-                    found += [(f"{shown_path(path)}:{index + 1}", line.strip()) for line in body.splitlines()
-                              if line.strip().startswith("vitscratch ")]
+                    body = "\n".join(lines[index + 1 : end]).replace("\\\n", " ")
+                    found += [
+                        (f"{shown_path(path)}:{index + 1}", line.strip())
+                        for line in body.splitlines()
+                        if line.strip().startswith("vitscratch ")
+                    ]
                 index = end + 1
                 continue
             index += 1
     return found
 
 
-def named_in_prose() -> List[Tuple[str, str]]:
+def named_in_prose() -> list[tuple[str, str]]:
     """(where, span) for every inline ```vitscratch ...``` outside code blocks: a command, maybe with options,
     named in a sentence (its arguments may be placeholders such as ``MODEL_DIR``)."""
     found = []
@@ -83,7 +86,7 @@ def named_in_prose() -> List[Tuple[str, str]]:
     return found
 
 
-def unknown_names(span: str) -> List[str]:
+def unknown_names(span: str) -> list[str]:
     """The command or options in a prose mention that the CLI does not have."""
     words = span.split()[1:]
     commands = cli.command_parsers()
@@ -97,7 +100,7 @@ def unknown_names(span: str) -> List[str]:
     return [word for word in words if word.startswith("--") and word.split("=")[0] not in known]
 
 
-def parse(line: str) -> Optional[str]:
+def parse(line: str) -> str | None:
     """None when ``line`` parses as the CLI would parse it; else argparse's complaint."""
     tokens = shlex.split(line, comments=True)
     argv = []
@@ -115,7 +118,7 @@ def parse(line: str) -> Optional[str]:
     return None
 
 
-COMMANDS: Dict[Optional[str], object] = {None: cli.build_parser(), **cli.command_parsers()}
+COMMANDS: dict[str | None, object] = {None: cli.build_parser(), **cli.command_parsers()}
 OPTIONS = [(command, option) for command, parser in COMMANDS.items() for option in help_options(parser)]
 SHOWN = shown_commands()
 PROSE = named_in_prose()
@@ -125,7 +128,8 @@ PROSE = named_in_prose()
 def test_every_option_is_documented_with_its_command(command, option):
     assert documented(command, option, sections()), (
         f"`vitscratch {command or ''} --help` lists {option}, but no section of README.md or docs/ that names "
-        f"`vitscratch {command or ''}` mentions it")
+        f"`vitscratch {command or ''}` mentions it"
+    )
 
 
 @pytest.mark.parametrize("where, line", SHOWN, ids=[where for where, _ in SHOWN])
@@ -158,8 +162,10 @@ def test_the_checks_catch_an_undocumented_option_and_a_bad_command():
 
 def test_commands_are_found_in_shell_blocks_and_inline(tmp_path, monkeypatch):
     page = tmp_path / "page.md"
-    page.write_text("Run `vitscratch list --pretrained`.\n\n```bash\nvitscratch pull ORG/NAME \\\n  out/\n```\n"
-                    "<!-- check: vitscratch list -->\n```text\nvitscratch is not a command here\n```\n")
+    page.write_text(
+        "Run `vitscratch list --pretrained`.\n\n```bash\nvitscratch pull ORG/NAME \\\n  out/\n```\n"
+        "<!-- check: vitscratch list -->\n```text\nvitscratch is not a command here\n```\n"
+    )
     monkeypatch.setattr("tests.docs.test_cli_docs.markdown_files", lambda: [page])
     assert [line for _, line in shown_commands()] == ["vitscratch pull ORG/NAME    out/"]
     assert [span for _, span in named_in_prose()] == ["vitscratch list --pretrained"]

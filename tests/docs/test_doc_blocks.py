@@ -9,6 +9,7 @@ command line in which ``python`` and ``vitscratch`` are the interpreter running 
 console script installed beside it. Only trailing whitespace is normalised. A block edited by
 hand, or a command whose output has changed, fails with a diff naming the file and line.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -18,7 +19,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -44,11 +44,11 @@ def shown_path(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
-def markdown_files() -> List[Path]:
+def markdown_files() -> list[Path]:
     return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 
 
-def checked_blocks(path: Path) -> List[CheckedBlock]:
+def checked_blocks(path: Path) -> list[CheckedBlock]:
     """The marked blocks of one file (markers inside other code blocks are text, not checks)."""
     lines = path.read_text(encoding="utf-8").splitlines()
     blocks, index = [], 0
@@ -60,7 +60,7 @@ def checked_blocks(path: Path) -> List[CheckedBlock]:
             if opening is None:
                 raise ValueError(f"{where}: a check marker must be directly followed by a fenced code block")
             end = _closing_fence(lines, index + 1, opening.group("fence"), where)
-            blocks.append(CheckedBlock(path, index + 1, marker.group("command"), "\n".join(lines[index + 2:end])))
+            blocks.append(CheckedBlock(path, index + 1, marker.group("command"), "\n".join(lines[index + 2 : end])))
             index = end + 1
         elif opening:
             index = _closing_fence(lines, index, opening.group("fence"), f"{shown_path(path)}:{index + 1}") + 1
@@ -69,7 +69,7 @@ def checked_blocks(path: Path) -> List[CheckedBlock]:
     return blocks
 
 
-def _closing_fence(lines: List[str], start: int, fence: str, where: str) -> int:
+def _closing_fence(lines: list[str], start: int, fence: str, where: str) -> int:
     for index in range(start + 1, len(lines)):
         if lines[index].strip() == fence:
             return index
@@ -102,8 +102,14 @@ _OUTPUTS: dict = {}  # command -> output: a command shown on two pages runs once
 def run_command(command: str, tmp_path: Path) -> str:
     if command in _OUTPUTS:
         return _OUTPUTS[command]
-    done = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=ROOT, capture_output=True,
-                          text=True, env=command_environment(tmp_path), timeout=COMMAND_TIMEOUT_S)
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=command_environment(tmp_path),
+        timeout=COMMAND_TIMEOUT_S,
+    )
     if done.returncode != 0:
         pytest.fail(f"`{command}` exited with {done.returncode}:\n{done.stderr[-3000:]}")
     _OUTPUTS[command] = done.stdout
@@ -117,11 +123,20 @@ BLOCKS = [block for path in markdown_files() for block in checked_blocks(path)]
 def test_block_equals_command_output(block: CheckedBlock, tmp_path):
     shown, printed = normalised(block.expected), normalised(run_command(block.command, tmp_path))
     if shown != printed:
-        diff = "\n".join(difflib.unified_diff(
-            shown.splitlines(), printed.splitlines(), fromfile=f"{block.where} (as shown)",
-            tofile=f"`{block.command}` (as printed now)", lineterm=""))
-        pytest.fail(f"{block.where}: the block differs from the output of `{block.command}`. "
-                    f"Paste the command's output into the block (python -m tests.docs.refresh_blocks does it for every block).\n{diff}", pytrace=False)
+        diff = "\n".join(
+            difflib.unified_diff(
+                shown.splitlines(),
+                printed.splitlines(),
+                fromfile=f"{block.where} (as shown)",
+                tofile=f"`{block.command}` (as printed now)",
+                lineterm="",
+            )
+        )
+        pytest.fail(
+            f"{block.where}: the block differs from the output of `{block.command}`. "
+            f"Paste the command's output into the block (python -m tests.docs.refresh_blocks does it for every block).\n{diff}",
+            pytrace=False,
+        )
 
 
 def test_readme_and_docs_have_checked_blocks():

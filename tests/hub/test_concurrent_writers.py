@@ -7,6 +7,7 @@ content x no target or an old one there x the order of release; 30 cases): after
 whole; the other writer either found the same files installed (and ended quietly) or ended with "... was written
 by another process while this one ran"; nothing is left beside the target. conftest prints the case count.
 """
+
 import itertools
 import os
 import select
@@ -17,14 +18,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from timm_vitscratch import files, hub
-from timm_vitscratch.convert import converter, convert, export
-from timm_vitscratch.hub import client
-
 from tests.support import tiny
 from tests.support.fuzz_plan import PLAN
 from tests.support.fuzzing import CASES
 from tests.support.hub_fixtures import model_dir, repo_for
+from timm_vitscratch import files, hub
+from timm_vitscratch.convert import convert, converter, export
+from timm_vitscratch.hub import client
 
 PAIRS = [("convert", "convert"), ("convert", "pull"), ("pull", "pull"), ("export", "export")]
 ORDERS = ["first A", "first B", "together"]
@@ -44,8 +44,11 @@ class Writer:
                 os.close(self.go_write)
                 os.close(self.report_read)
                 torch.set_num_threads(1)
-                module, name = {"convert": (converter, "install_directory"), "pull": (client, "install_directory"),
-                                "export": (files, "install_file")}[kind]
+                module, name = {
+                    "convert": (converter, "install_directory"),
+                    "pull": (client, "install_directory"),
+                    "export": (files, "install_file"),
+                }[kind]
                 install = getattr(module, name)
 
                 def held_at_the_install(*args, **kwargs):
@@ -133,15 +136,19 @@ def test_two_writers_of_one_target_end_with_one_result_and_a_clear_error(sources
         target.parent.mkdir(parents=True)
         write(kind, sources[index][kind], target)()
         expected[kind, index] = snapshot(target)
-    cases = [(pair, same, existing, order) for pair, same, existing, order
-             in itertools.product(PAIRS, (True, False), (False, True), ORDERS)
-             if not (same and pair[0] != pair[1])  # a convert and a pull never write the same files
-             and not (order == "first B" and pair[0] == pair[1])]  # the same as "first A" for two of a kind
+    cases = [
+        (pair, same, existing, order)
+        for pair, same, existing, order in itertools.product(PAIRS, (True, False), (False, True), ORDERS)
+        if not (same and pair[0] != pair[1])  # a convert and a pull never write the same files
+        and not (order == "first B" and pair[0] == pair[1])
+    ]  # the same as "first A" for two of a kind
     name = "concurrent writers of one target (convert, pull, export)"
     CASES[name].clear()
     for (kind_a, kind_b), same, existing, order in cases:
-        case = f"{kind_a} + {kind_b}, {'same' if same else 'different'} content, " \
-               f"{'over an old one' if existing else 'new target'}, {order}"
+        case = (
+            f"{kind_a} + {kind_b}, {'same' if same else 'different'} content, "
+            f"{'over an old one' if existing else 'new target'}, {order}"
+        )
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         target = work / ("out.safetensors" if kind_a == "export" else "out")
@@ -151,8 +158,10 @@ def test_two_writers_of_one_target_end_with_one_result_and_a_clear_error(sources
             convert(sources[1]["convert"], target)
             (target / "old-notes.txt").write_text("old")
         contents = (0, 0) if same else (0, 1)
-        writers = [Writer(kind, write(kind, sources[index][kind], target))
-                   for kind, index in zip((kind_a, kind_b), contents)]
+        writers = [
+            Writer(kind, write(kind, sources[index][kind], target))
+            for kind, index in zip((kind_a, kind_b), contents, strict=False)
+        ]
         try:
             for writer in writers:
                 assert writer.wait_for("ready") == "ready", (case, writer.lines)
@@ -183,8 +192,11 @@ def test_two_writers_of_one_target_end_with_one_result_and_a_clear_error(sources
             assert winners[0] == (0 if order == "first A" else 1), (case, results)
         winner = winners[0]
         result = snapshot(target)
-        wanted = dict(expected[(kind_a, kind_b)[winner], contents[winner]])  \
-            if target.is_dir() else expected[(kind_a, kind_b)[winner], contents[winner]]
+        wanted = (
+            dict(expected[(kind_a, kind_b)[winner], contents[winner]])
+            if target.is_dir()
+            else expected[(kind_a, kind_b)[winner], contents[winner]]
+        )
         if existing and kind_a == "convert" and (kind_a, kind_b)[winner] == "convert":
             wanted["old-notes.txt"] = b"old"  # a convert keeps the other files of the directory it replaces
         assert result == wanted, case

@@ -1,4 +1,5 @@
 """Push to a local Hub-protocol server, pull back with the real huggingface_hub client and timm."""
+
 import json
 import shutil
 import socket
@@ -12,15 +13,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from timm.models import push_to_hf_hub
 
-from timm_vitscratch import hub
-from timm_vitscratch.cli import main as cli_main
-from timm_vitscratch.inspect.counts import torchvision_param_count
-from timm_vitscratch.files import sha256_file
-from tests.support.local_hub import LocalHub
-from timm_vitscratch.models.variants import HUB_WEIGHTS, register_hub_weights, unregister_hub_weights
-
 from tests.support import TINY, tiny
 from tests.support.hub_fixtures import TOKEN, logits, model_dir, repo_for, run_client, tiny_variants, use_hub
+from tests.support.local_hub import LocalHub
+from timm_vitscratch import hub
+from timm_vitscratch.cli import main as cli_main
+from timm_vitscratch.files import sha256_file
+from timm_vitscratch.inspect.counts import torchvision_param_count
+from timm_vitscratch.models.variants import HUB_WEIGHTS, register_hub_weights, unregister_hub_weights
 
 VARIANTS = ("plain", "has_logits", "distilled")
 TAG = "scratch_vit_ti16.fresh_hub"
@@ -109,16 +109,33 @@ def test_pushed_repo_has_timm_layout_and_a_model_card(hub_env, tmp_path, request
     from huggingface_hub import HfApi, hf_hub_download
 
     assert sorted(s.rfilename for s in HfApi().model_info(repo).siblings) == [
-        ".gitattributes", "README.md", "config.json", "model.safetensors"]
-    assert json.loads(Path(hf_hub_download(repo, "config.json")).read_text()) == \
-        json.loads((directory / "config.json").read_text())
+        ".gitattributes",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+    ]
+    assert json.loads(Path(hf_hub_download(repo, "config.json")).read_text()) == json.loads(
+        (directory / "config.json").read_text()
+    )
     card = Path(hf_hub_download(repo, "README.md")).read_text()
     true_count = sum(p.numel() for p in model.parameters())
-    leaf_count = sum(p.numel() for m in model.modules() for n, p in m.named_parameters(recurse=False)
-                     if m is not model and n in ("weight", "bias"))
-    for text in ("library_name: timm", "license: apache-2.0", "scratch_deit_ti16_distilled", "distillation token",
-                 f"{true_count:,}", f"{leaf_count:,}", f"timm.create_model('hf-hub:{repo}', pretrained=True)",
-                 sha256_file(directory / "model.safetensors"), '"format": "test"'):
+    leaf_count = sum(
+        p.numel()
+        for m in model.modules()
+        for n, p in m.named_parameters(recurse=False)
+        if m is not model and n in ("weight", "bias")
+    )
+    for text in (
+        "library_name: timm",
+        "license: apache-2.0",
+        "scratch_deit_ti16_distilled",
+        "distillation token",
+        f"{true_count:,}",
+        f"{leaf_count:,}",
+        f"timm.create_model('hf-hub:{repo}', pretrained=True)",
+        sha256_file(directory / "model.safetensors"),
+        '"format": "test"',
+    ):
         assert text in card
 
 
@@ -219,8 +236,22 @@ def test_cli_push_and_pull_use_hf_endpoint_and_hf_token(hub_env, local_hub, tmp_
     directory = model_dir(tmp_path / "src", tiny())
     vitscratch = shutil.which("vitscratch", path=str(Path(sys.executable).parent))
     assert vitscratch, "the console script is installed beside the interpreter"
-    pushed = subprocess.run([vitscratch, "push", str(directory), repo, "--revision", "cli-branch", "--private",
-                             "--commit-message", "from the CLI"], env=hub_env, capture_output=True, text=True)
+    pushed = subprocess.run(
+        [
+            vitscratch,
+            "push",
+            str(directory),
+            repo,
+            "--revision",
+            "cli-branch",
+            "--private",
+            "--commit-message",
+            "from the CLI",
+        ],
+        env=hub_env,
+        capture_output=True,
+        text=True,
+    )
     assert pushed.returncode == 0, pushed.stderr
     assert f"pushed {directory} to {repo}@cli-branch: commit " in pushed.stdout
     commit = pushed.stdout.strip().rsplit(" ", 1)[-1]
@@ -241,9 +272,16 @@ def test_offline_after_one_pull_with_the_server_stopped(tmp_path, monkeypatch):
         socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=5).close()
     x = torch.randn(2, 3, 32, 32)
     save_file({"x": x}, str(tmp_path / "x.safetensors"))
-    jobs = [dict(id="timm", kind="logits", model="hf-hub:tests/offline", input=str(tmp_path / "x.safetensors"),
-                 output=str(tmp_path / "offline.safetensors")),
-            dict(id="pull", kind="cli", argv=["pull", "tests/offline", str(tmp_path / "offline-pull")])]
+    jobs = [
+        dict(
+            id="timm",
+            kind="logits",
+            model="hf-hub:tests/offline",
+            input=str(tmp_path / "x.safetensors"),
+            output=str(tmp_path / "offline.safetensors"),
+        ),
+        dict(id="pull", kind="cli", argv=["pull", "tests/offline", str(tmp_path / "offline-pull")]),
+    ]
     results = run_client(jobs, tmp_path, {**env, "HF_HUB_OFFLINE": "1"})
     assert results["timm"].get("ok") and results["pull"] == {"ok": True, "exit_code": 0}
     assert torch.equal(load_file(str(tmp_path / "offline.safetensors"))["logits"], logits(model, x))

@@ -1,4 +1,5 @@
 """hub_configs/: one timm config.json per registered variant, in sync with the registry."""
+
 import json
 import shutil
 from pathlib import Path
@@ -7,7 +8,8 @@ import timm
 import torch
 from timm.models._hub import load_model_config_from_path
 
-from timm_vitscratch.hub.variant_configs import main as configs_main, out_of_sync
+from timm_vitscratch.hub.variant_configs import main as configs_main
+from timm_vitscratch.hub.variant_configs import out_of_sync
 from timm_vitscratch.models.variants import ARCHITECTURES
 
 HUB_CONFIGS = Path(__file__).resolve().parents[2] / "hub_configs"
@@ -37,8 +39,9 @@ def test_every_config_is_read_by_timm_and_builds_its_variant(tmp_path):
             from_config = timm.create_model(model_name, **model_args)
             registered = timm.create_model(name)
         assert from_config.num_features == config["num_features"]
-        assert [(k, v.shape) for k, v in from_config.state_dict().items()] == \
-            [(k, v.shape) for k, v in registered.state_dict().items()]
+        assert [(k, v.shape) for k, v in from_config.state_dict().items()] == [
+            (k, v.shape) for k, v in registered.state_dict().items()
+        ]
 
 
 def test_check_reports_missing_stale_and_foreign_files(tmp_path, capsys):

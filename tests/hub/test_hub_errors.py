@@ -1,22 +1,24 @@
 """Bad input and a misbehaving Hub: clear errors, and nothing half-written locally."""
+
 import json
 
 import pytest
 import safetensors.torch
 import timm
-import torch
 from huggingface_hub import constants
 from huggingface_hub.errors import (
-    HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
 )
-
-from timm_vitscratch import hub
-from timm_vitscratch.cli import main as cli_main
-from timm_vitscratch.errors import ModelDirectoryError
-from tests.support.local_hub.store import HubError
 
 from tests.support import tiny
 from tests.support.hub_fixtures import model_dir, refused_endpoint, repo_for, upload_raw, use_hub
+from tests.support.local_hub.store import HubError
+from timm_vitscratch import hub
+from timm_vitscratch.cli import main as cli_main
+from timm_vitscratch.errors import ModelDirectoryError
 
 
 def _ours(path):
@@ -161,13 +163,18 @@ def test_weights_that_do_not_fit_the_architecture(hub_env, tmp_path, request):
     wrong = model_dir(tmp_path / "wrong", tiny(embed_dim=32))
     (directory / "model.safetensors").write_bytes((wrong / "model.safetensors").read_bytes())
     # told before anything is built: the config's width against the weights' patch projection
-    with pytest.raises(ModelDirectoryError, match=r"does not describe the weights: embed_dim 64, but "
-                                                  r"patch_embed.proj.weight is \(32, 3, 8, 8\)"):
+    with pytest.raises(
+        ModelDirectoryError,
+        match=r"does not describe the weights: embed_dim 64, but "
+        r"patch_embed.proj.weight is \(32, 3, 8, 8\)",
+    ):
         hub.push(directory, repo_for(request))
     # weights whose names fit but one tensor does not: the built model's exact shapes
     fits = model_dir(tmp_path / "fits", tiny())
     state = safetensors.torch.load_file(str(fits / "model.safetensors"))
-    state["blocks.0.norm1.weight"] = safetensors.torch.load_file(str(wrong / "model.safetensors"))["blocks.0.norm1.weight"]
+    state["blocks.0.norm1.weight"] = safetensors.torch.load_file(str(wrong / "model.safetensors"))[
+        "blocks.0.norm1.weight"
+    ]
     safetensors.torch.save_file(state, str(directory / "model.safetensors"))
     with pytest.raises(ModelDirectoryError, match=r"does not fit the architecture.*\(32,\) where the archi"):
         hub.push(directory, repo_for(request))

@@ -8,6 +8,7 @@ metadata request (HEAD) once on 5xx; a 429 on a regular file. It does not retry 
 (``/api/models/.../revision/...``: 429, 5xx), a 5xx on a download, or a HEAD whose connection dropped.
 Pushes retry the LFS upload and batch calls and the preupload call, not the commit.
 """
+
 import json
 import shutil
 import time
@@ -18,15 +19,18 @@ import torch
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
+from tests.support import tiny
+from tests.support.hub_fixtures import model_dir, repo_for
+from tests.support.local_hub import (
+    CorruptBodyFault,
+    CutBodyFault,
+    DelayFault,
+    DropConnectionFault,
+    HttpErrorFault,
+)
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.files import sha256_file
-from tests.support.local_hub import (
-    CorruptBodyFault, CutBodyFault, DelayFault, DropConnectionFault, HttpErrorFault,
-)
-
-from tests.support import tiny
-from tests.support.hub_fixtures import model_dir, repo_for
 
 RETRY_AFTER_0 = {"Retry-After": "0"}
 
@@ -91,21 +95,25 @@ def leftovers(directory):
 
 
 RETRIED = {
-    "429 with Retry-After on the weights download":
-        lambda repo, sha: HttpErrorFault(429, headers=RETRY_AFTER_0, origin="storage", method="GET", path=sha, times=2),
-    "connection dropped before the weights download answers":
-        lambda repo, sha: DropConnectionFault(origin="storage", method="GET", path=sha, times=2),
-    "weights download cut short after 1000 bytes":
-        lambda repo, sha: CutBodyFault(1000, origin="storage", method="GET", path=sha, times=2),
-    "slow weights download (1 s)":
-        lambda repo, sha: DelayFault(1.0, origin="storage", method="GET", path=sha, times=1),
-    "500 on the weights' metadata (HEAD)":
-        lambda repo, sha: HttpErrorFault(500, method="HEAD", path=f"^/{repo}/resolve/.*/model.safetensors$", times=1),
-    "429 on config.json":
-        lambda repo, sha: HttpErrorFault(429, headers=RETRY_AFTER_0, method="GET",
-                                         path=f"^/{repo}/resolve/.*/config.json$", times=1),
-    "weights corrupted in transfer once (pull downloads again)":
-        lambda repo, sha: CorruptBodyFault(origin="storage", method="GET", path=sha, times=1),
+    "429 with Retry-After on the weights download": lambda repo, sha: HttpErrorFault(
+        429, headers=RETRY_AFTER_0, origin="storage", method="GET", path=sha, times=2
+    ),
+    "connection dropped before the weights download answers": lambda repo, sha: DropConnectionFault(
+        origin="storage", method="GET", path=sha, times=2
+    ),
+    "weights download cut short after 1000 bytes": lambda repo, sha: CutBodyFault(
+        1000, origin="storage", method="GET", path=sha, times=2
+    ),
+    "slow weights download (1 s)": lambda repo, sha: DelayFault(1.0, origin="storage", method="GET", path=sha, times=1),
+    "500 on the weights' metadata (HEAD)": lambda repo, sha: HttpErrorFault(
+        500, method="HEAD", path=f"^/{repo}/resolve/.*/model.safetensors$", times=1
+    ),
+    "429 on config.json": lambda repo, sha: HttpErrorFault(
+        429, headers=RETRY_AFTER_0, method="GET", path=f"^/{repo}/resolve/.*/config.json$", times=1
+    ),
+    "weights corrupted in transfer once (pull downloads again)": lambda repo, sha: CorruptBodyFault(
+        origin="storage", method="GET", path=sha, times=1
+    ),
 }
 
 
@@ -123,8 +131,9 @@ def test_pull_gets_through_faults_that_are_retried(case, pushed, inject, tmp_pat
 
 def test_retry_after_is_honoured(pushed, inject, backoff, tmp_path):
     repo, sha256 = pushed
-    fault = inject(HttpErrorFault(429, headers={"Retry-After": "7"}, origin="storage", method="GET", path=sha256,
-                                  times=2))
+    fault = inject(
+        HttpErrorFault(429, headers={"Retry-After": "7"}, origin="storage", method="GET", path=sha256, times=2)
+    )
     hub.pull(repo, tmp_path / "out")
     assert fault.hits == 2 and backoff.asked == [8.0, 8.0]  # Retry-After + 1 s, each time (not 1 s, then 2 s)
 
@@ -132,23 +141,36 @@ def test_retry_after_is_honoured(pushed, inject, backoff, tmp_path):
 NOT_RETRIED = {
     "503 on the repo lookup": (
         lambda repo, sha: HttpErrorFault(503, method="GET", path=f"^/api/models/{repo}/revision/"),
-        1, "answered HTTP 503 for {repo}: Internal Error - injected by the local Hub"),
+        1,
+        "answered HTTP 503 for {repo}: Internal Error - injected by the local Hub",
+    ),
     "429 on the repo lookup": (
-        lambda repo, sha: HttpErrorFault(429, headers=RETRY_AFTER_0, method="GET",
-                                         path=f"^/api/models/{repo}/revision/"),
-        1, "answered HTTP 429 for {repo}"),
+        lambda repo, sha: HttpErrorFault(
+            429, headers=RETRY_AFTER_0, method="GET", path=f"^/api/models/{repo}/revision/"
+        ),
+        1,
+        "answered HTTP 429 for {repo}",
+    ),
     "503 on the weights download": (
         lambda repo, sha: HttpErrorFault(503, origin="storage", method="GET", path=sha),
-        1, "answered HTTP 503 for {repo}"),
+        1,
+        "answered HTTP 503 for {repo}",
+    ),
     "connection dropped on the weights' metadata (HEAD)": (
         lambda repo, sha: DropConnectionFault(method="HEAD", path=f"^/{repo}/resolve/.*/model.safetensors$"),
-        1, "dropped the connection (RemoteProtocolError: Server disconnected without sending a response.)"),
+        1,
+        "dropped the connection (RemoteProtocolError: Server disconnected without sending a response.)",
+    ),
     "connection dropped on every weights download": (
         lambda repo, sha: DropConnectionFault(origin="storage", method="GET", path=sha),
-        6, "dropped the connection (RemoteProtocolError: Server disconnected without sending a response.)"),
+        6,
+        "dropped the connection (RemoteProtocolError: Server disconnected without sending a response.)",
+    ),
     "weights corrupted on every download": (
         lambda repo, sha: CorruptBodyFault(origin="storage", method="GET", path=sha),
-        2, "{repo}@main: model.safetensors arrived damaged twice: the Hub says its sha256 is {sha}"),
+        2,
+        "{repo}@main: model.safetensors arrived damaged twice: the Hub says its sha256 is {sha}",
+    ),
 }
 
 
@@ -189,8 +211,9 @@ def test_push_gets_through_faults_that_are_retried(case, hub_env, inject, tmp_pa
     assert sha256_file(out / "model.safetensors") == sha256_file(directory / "model.safetensors")
 
 
-def test_push_commit_rate_limited_is_not_retried_and_changes_nothing(hub_env, inject, local_hub, tmp_path, request,
-                                                                      capsys):
+def test_push_commit_rate_limited_is_not_retried_and_changes_nothing(
+    hub_env, inject, local_hub, tmp_path, request, capsys
+):
     repo = repo_for(request)
     hub.push(model_dir(tmp_path / "v1", tiny()), repo)
     head = local_hub.store.resolve(repo, "main")["id"]

@@ -1,4 +1,5 @@
 """The local Hub answers the real huggingface_hub client as the Hub does (headers, errors, revisions)."""
+
 import hashlib
 import re
 import signal
@@ -12,9 +13,8 @@ from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import get_session
 from huggingface_hub.utils.sha import git_hash
 
-from tests.support.local_hub import LocalHub
-
 from tests.support.hub_fixtures import repo_for, use_hub
+from tests.support.local_hub import LocalHub
 
 WEIGHTS = bytes(range(256)) * 40  # binary: goes through LFS
 CONFIG = b'{"architecture": "x"}\n'
@@ -25,9 +25,15 @@ def repo(hub_env, request):
     repo_id = repo_for(request)
     api = HfApi()
     api.create_repo(repo_id)
-    api.create_commit(repo_id, [CommitOperationAdd("model.safetensors", WEIGHTS),
-                                CommitOperationAdd("config.json", CONFIG),
-                                CommitOperationAdd("sub/dir/notes.txt", b"nested\n")], commit_message="files")
+    api.create_commit(
+        repo_id,
+        [
+            CommitOperationAdd("model.safetensors", WEIGHTS),
+            CommitOperationAdd("config.json", CONFIG),
+            CommitOperationAdd("sub/dir/notes.txt", b"nested\n"),
+        ],
+        commit_message="files",
+    )
     return repo_id
 
 
@@ -55,8 +61,11 @@ def test_uploads_use_the_classic_lfs_path(repo, local_hub):
     sha256 = hashlib.sha256(content).hexdigest()
     before = len(local_hub.requests)
     HfApi().upload_file(path_or_fileobj=content, path_in_repo="more.safetensors", repo_id=repo)
-    writes = [(origin, method, path) for origin, method, path, status in local_hub.requests[before:]
-              if method in ("POST", "PUT") and status == 200]
+    writes = [
+        (origin, method, path)
+        for origin, method, path, status in local_hub.requests[before:]
+        if method in ("POST", "PUT") and status == 200
+    ]
     assert writes == [
         ("api", "POST", f"/api/models/{repo}/preupload/main"),
         ("api", "POST", f"/{repo}.git/info/lfs/objects/batch"),
@@ -136,8 +145,11 @@ def test_repos_persist_on_disk_and_stop_refuses_connections(tmp_path, monkeypatc
 
 def test_cli_local_hub_serves_until_sigterm(tmp_path, monkeypatch):
     root = tmp_path / "repos"
-    server = subprocess.Popen([sys.executable, "-m", "tests.support.local_hub", "--root", str(root),
-                               "--token", "t0k"], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.local_hub", "--root", str(root), "--token", "t0k"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = [server.stdout.readline() for _ in range(5)]
         url = re.search(r"HF_ENDPOINT=(\S+)", "".join(lines)).group(1)

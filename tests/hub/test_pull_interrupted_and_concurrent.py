@@ -9,6 +9,7 @@ our staging directory ``.OUT.<pid>-<random>.tmp`` beside ``OUT`` is removed by t
 holds an flock while alive, so a running pull's staging is never touched). The install itself is one atomic
 exchange; tests/convert/test_install_kills.py kills a pull at every step of it.
 """
+
 import os
 import select
 import signal
@@ -20,13 +21,12 @@ import pytest
 import timm
 import torch
 
-from timm_vitscratch import hub
-from timm_vitscratch.hub import client
-from timm_vitscratch.files import sha256_file
-from tests.support.local_hub import DelayFault, GateFault
-
 from tests.support import tiny
 from tests.support.hub_fixtures import model_dir, repo_for
+from tests.support.local_hub import DelayFault, GateFault
+from timm_vitscratch import hub
+from timm_vitscratch.files import sha256_file
+from timm_vitscratch.hub import client
 
 
 def pull_in_child(repo, out, stage):
@@ -134,8 +134,11 @@ def test_cleanup_tells_a_running_download_from_a_killed_one(two_versions, local_
 def test_pull_killed_keeps_the_previous_model_and_the_next_pull_cleans_up(stage, two_versions, local_hub, tmp_path):
     repo, out, v2_sha256 = two_versions
     before = files(out)
-    slow = local_hub.inject(DelayFault(30.0, origin="storage", method="GET", path=v2_sha256, times=1)) \
-        if stage == "downloading" else None
+    slow = (
+        local_hub.inject(DelayFault(30.0, origin="storage", method="GET", path=v2_sha256, times=1))
+        if stage == "downloading"
+        else None
+    )
     pid, pipe = pull_in_child(repo, out, stage)
     try:
         assert read_line(pipe) == stage
@@ -170,12 +173,20 @@ def test_two_processes_pulling_one_repo_at_once_both_get_a_correct_model(hub_env
     gate = local_hub.inject(GateFault(2, timeout=120, method="GET", path=f"^/api/models/{repo}/revision/"))
     out = tmp_path / "out"
     try:
-        pullers = [subprocess.Popen([sys.executable, "-m", "timm_vitscratch.cli", "pull", repo, str(out)], env=hub_env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        pullers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "timm_vitscratch.cli", "pull", repo, str(out)],
+                env=hub_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         results = [p.communicate(timeout=300) for p in pullers]
     finally:
         local_hub.faults.remove(gate)
-    for puller, (stdout, stderr) in zip(pullers, results):
+    for puller, (stdout, stderr) in zip(pullers, results, strict=False):
         assert puller.returncode == 0, stderr
         assert f"installed {repo}@main into {out} (sha256 verified)" in stdout
     assert gate.met and gate.hits == 2  # both were mid-pull at the same moment

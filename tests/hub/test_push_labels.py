@@ -1,4 +1,5 @@
 """`vitscratch push --labels`: label names in the pushed config.json, as timm writes and reads them."""
+
 import json
 from pathlib import Path
 
@@ -8,13 +9,12 @@ import torch
 from huggingface_hub import HfApi, hf_hub_download
 from timm.models._hub import save_config_for_hf
 
+from tests.support import tiny
+from tests.support.hub_fixtures import logits, model_dir, repo_for
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import check_model_directory, save_model_directory
-
-from tests.support import tiny
-from tests.support.hub_fixtures import logits, model_dir, repo_for
 
 NAMES = ["cat", "dog", "owl", "yak"]
 
@@ -38,8 +38,9 @@ def test_push_labels_file_writes_timm_label_names_and_loads_with_hf_hub(hub_env,
     assert pushed["label_names"] == NAMES
     # exactly what timm's own save_config_for_hf writes for this model with these names (key order too),
     # but for num_classes in model_args, which the top level gives (transformers passes it itself)
-    save_config_for_hf(model, tmp_path / "timm.json",
-                       model_config={"label_names": NAMES, "vitscratch": pushed["vitscratch"]})
+    save_config_for_hf(
+        model, tmp_path / "timm.json", model_config={"label_names": NAMES, "vitscratch": pushed["vitscratch"]}
+    )
     expected = json.loads((tmp_path / "timm.json").read_text())
     assert expected["model_args"].pop("num_classes") == pushed["num_classes"]
     assert json.dumps(pushed) == json.dumps(expected)

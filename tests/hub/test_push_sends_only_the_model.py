@@ -1,6 +1,7 @@
 """A push sends the model and nothing else: config.json, model.safetensors and README.md, each a regular file
 of the directory (a symlink or a FIFO among them is refused by name, before any request). A model card already
 on the Hub is kept unless the push is asked to replace it. A pull into ``.`` is told apart from its parent."""
+
 import os
 from pathlib import Path
 
@@ -8,13 +9,12 @@ import pytest
 import torch
 from huggingface_hub import hf_hub_download
 
+from tests.support import tiny
+from tests.support.hub_fixtures import model_dir, repo_for
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
-
-from tests.support import tiny
-from tests.support.hub_fixtures import model_dir, repo_for
 
 SECRET = "[default]\nsecret_access_key = NOT-A-REAL-KEY\n"
 
@@ -27,10 +27,18 @@ def card_on_hub(repo, revision=None):
     return Path(hf_hub_download(repo, "README.md", revision=revision, force_download=True)).read_text()
 
 
-@pytest.mark.parametrize("name,kind", [("README.md", "a symbolic link"), ("config.json", "a symbolic link"),
-                                       ("model.safetensors", "a symbolic link"), ("README.md", "a FIFO")])
-def test_push_refuses_what_is_not_a_regular_file_by_name_and_sends_nothing(name, kind, hub_env, local_hub,
-                                                                            tmp_path, request, capsys):
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("README.md", "a symbolic link"),
+        ("config.json", "a symbolic link"),
+        ("model.safetensors", "a symbolic link"),
+        ("README.md", "a FIFO"),
+    ],
+)
+def test_push_refuses_what_is_not_a_regular_file_by_name_and_sends_nothing(
+    name, kind, hub_env, local_hub, tmp_path, request, capsys
+):
     """Probe f8: a README.md symlinked to a credentials file was uploaded as the model card."""
     repo = repo_for(request)
     (tmp_path / "secret").write_text(SECRET)
@@ -50,8 +58,10 @@ def test_push_refuses_what_is_not_a_regular_file_by_name_and_sends_nothing(name,
     capsys.readouterr()
     assert cli_main(["push", str(directory), repo]) == 2
     err = capsys.readouterr().err
-    assert err == f"vitscratch: error: {directory}: {name} is {kind}, not a regular file; push sends only the " \
-                  "regular files config.json, model.safetensors, README.md of the directory (copy the file in instead)\n"
+    assert (
+        err == f"vitscratch: error: {directory}: {name} is {kind}, not a regular file; push sends only the "
+        "regular files config.json, model.safetensors, README.md of the directory (copy the file in instead)\n"
+    )
     assert local_hub.requests[requests:] == []  # not one request: no repo created, nothing uploaded
 
 
@@ -109,8 +119,9 @@ def test_pull_into_dot_names_the_directory_and_installs_there(hub_env, tmp_path,
     monkeypatch.chdir(here)  # the pull put a new directory in place of the one this process was in
     capsys.readouterr()
     assert cli_main(["pull", repo, "."]) == 2
-    assert capsys.readouterr().err == (f"vitscratch: error: {here} is not empty; pull into a new directory or "
-                                       "pass force=True (--force)\n")
+    assert capsys.readouterr().err == (
+        f"vitscratch: error: {here} is not empty; pull into a new directory or pass force=True (--force)\n"
+    )
     assert cli_main(["pull", repo, ".", "--force"]) == 0
     hub.check_model_directory(here)
     assert sorted(os.listdir(tmp_path)) == ["here", "hf-home", "src"]

@@ -2,6 +2,7 @@
 ``image-classification`` pipeline (its ``TimmWrapper`` builds the model with timm), on a directory
 from ``vitscratch convert`` and one from ``vitscratch pull``; timm's ``local-dir:`` and ``hf-hub:``
 read the same files."""
+
 import json
 
 import numpy as np
@@ -12,9 +13,8 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForImageClassification, pipeline
 
-from timm_vitscratch.cli import main as cli_main
-
 from tests.support.hub_fixtures import repo_for
+from timm_vitscratch.cli import main as cli_main
 
 NAMES = ["cat", "dog", "owl"]
 TOL = 1e-5
@@ -27,16 +27,31 @@ SOURCES = {  # timm's stock models, small: a plain ViT and a DeiT with its disti
 def converted(tmp_path, source="vit"):
     """``vitscratch convert --labels`` of a randomly initialised timm checkpoint; returns the directory."""
     timm_name, _ = SOURCES[source]
-    model = timm.create_model(timm_name, img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4,
-                              num_classes=len(NAMES))
+    model = timm.create_model(
+        timm_name, img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=len(NAMES)
+    )
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.02)
     save_file(model.state_dict(), str(tmp_path / "source.safetensors"))
     (tmp_path / "labels.txt").write_text("\n".join(NAMES) + "\n")
     out = tmp_path / "converted"
-    assert cli_main(["convert", "--from", "timm", str(tmp_path / "source.safetensors"), str(out),
-                     "--labels", str(tmp_path / "labels.txt"), "--num-heads", "4"]) == 0
+    assert (
+        cli_main(
+            [
+                "convert",
+                "--from",
+                "timm",
+                str(tmp_path / "source.safetensors"),
+                str(out),
+                "--labels",
+                str(tmp_path / "labels.txt"),
+                "--num-heads",
+                "4",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -79,8 +94,9 @@ def test_transformers_loads_a_converted_directory(tmp_path, source):
     assert config["architecture"] == SOURCES[source][1] and config["label_names"] == NAMES
     assert_transformers_reads(directory)
     # timm's reader of the same directory: the source's logits
-    source_model = timm.create_model(SOURCES[source][0], img_size=32, patch_size=8, embed_dim=64, depth=2,
-                                     num_heads=4, num_classes=len(NAMES))
+    source_model = timm.create_model(
+        SOURCES[source][0], img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=len(NAMES)
+    )
     source_model.load_state_dict(load_file(str(tmp_path / "source.safetensors")))
     loaded = timm.create_model(f"local-dir:{directory}", pretrained=True).eval()
     x = torch.randn(2, 3, 32, 32)

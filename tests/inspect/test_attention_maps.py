@@ -1,4 +1,5 @@
 """`vitscratch attention`: maps (shape, rows sum to 1, equal to timm's own attention), the PNG, bad input."""
+
 import subprocess
 import sys
 
@@ -11,9 +12,9 @@ from safetensors.torch import save_file
 
 import timm_vitscratch.inspect.attention_maps as attention_module
 from tests.support import TINY, tiny
-from timm_vitscratch.inspect.attention_maps import DPI, FIGSIZE, attention_maps, attention_rollout, load_image
 from timm_vitscratch.cli import main
 from timm_vitscratch.hub.model_dir import WEIGHTS_NAME, model_config, write_config
+from timm_vitscratch.inspect.attention_maps import DPI, FIGSIZE, attention_maps, attention_rollout, load_image
 
 EXPECTED_PNG_SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
 
@@ -53,15 +54,21 @@ def test_maps_have_right_shapes_and_rows_sum_to_one(name):
         assert matrix.shape == (2, tokens, tokens)
         torch.testing.assert_close(matrix.sum(-1), torch.ones(2, tokens))
     assert maps.cls_last_block.shape == maps.cls_rollout.shape == (2, 4, 4)
-    torch.testing.assert_close(maps.cls_last_block.sum((1, 2)) + maps.last_block[:, 0, :prefix].sum(-1),
-                               torch.ones(2))
+    torch.testing.assert_close(maps.cls_last_block.sum((1, 2)) + maps.last_block[:, 0, :prefix].sum(-1), torch.ones(2))
 
 
 def test_maps_equal_attention_inside_timms_own_vit():
     """Load our weights into timm's VisionTransformer (classic names) and read its attention matrices."""
     model = tiny()
-    reference = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=64, depth=2,
-                                  num_heads=4, num_classes=model.num_classes).eval()
+    reference = timm.create_model(
+        "vit_tiny_patch16_224",
+        img_size=32,
+        patch_size=8,
+        embed_dim=64,
+        depth=2,
+        num_heads=4,
+        num_classes=model.num_classes,
+    ).eval()
     reference.load_state_dict(model.state_dict())
     captured = []
     for block in reference.blocks:
@@ -96,8 +103,10 @@ def test_load_image_resizes_to_the_model(image_path):
 def test_command_writes_png_of_expected_size_for_registered_name(tmp_path, image_path, capsys):
     out = tmp_path / "att.png"
     img_size = str(TINY["img_size"] * 2)
-    assert main(["attention", str(image_path), "--model", "scratch_vit_ti16", "--img-size", img_size,
-                 "--out", str(out)]) == 0
+    assert (
+        main(["attention", str(image_path), "--model", "scratch_vit_ti16", "--img-size", img_size, "--out", str(out)])
+        == 0
+    )
     assert "12 blocks, 4x4 patch grid" in capsys.readouterr().out
     with Image.open(out) as png:
         png.verify()
@@ -119,8 +128,9 @@ def test_command_reads_a_model_directory(tmp_path, image_path, model_dir):
 
 
 def _run(args):
-    return subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "attention", *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "timm_vitscratch.cli", "attention", *args], capture_output=True, text=True
+    )
 
 
 def test_unknown_model_name_lists_close_matches(tmp_path, image_path, capsys):
@@ -149,15 +159,17 @@ def test_unreadable_image(tmp_path, image_path, make_bad, capsys):
 
 def test_img_size_not_divisible_by_patch(tmp_path, image_path, capsys):
     out = tmp_path / "out.png"
-    assert main(["attention", str(image_path), "--model", "scratch_vit_ti16", "--img-size", "100",
-                 "--out", str(out)]) == 2
+    assert (
+        main(["attention", str(image_path), "--model", "scratch_vit_ti16", "--img-size", "100", "--out", str(out)]) == 2
+    )
     assert "img_size (100, 100) is not divisible by patch_size (16, 16)" in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_nonzero_exit_from_the_console(tmp_path, image_path):
-    result = _run([str(image_path), "--model", "scratch_vit_ti16", "--img-size", "100", "--out",
-                   str(tmp_path / "out.png")])
+    result = _run(
+        [str(image_path), "--model", "scratch_vit_ti16", "--img-size", "100", "--out", str(tmp_path / "out.png")]
+    )
     assert result.returncode == 2 and "not divisible" in result.stderr
 
 
@@ -177,6 +189,7 @@ def test_failure_while_writing_leaves_old_file_and_no_temporary(tmp_path, image_
 
 def test_missing_output_directory(tmp_path, image_path, capsys):
     out = tmp_path / "no_such_dir" / "out.png"
-    assert main(["attention", str(image_path), "--model", "scratch_vit_ti16", "--img-size", "32",
-                 "--out", str(out)]) == 2
+    assert (
+        main(["attention", str(image_path), "--model", "scratch_vit_ti16", "--img-size", "32", "--out", str(out)]) == 2
+    )
     assert "output directory" in capsys.readouterr().err and not out.exists()

@@ -1,4 +1,5 @@
 """Parameter counts of every variant, against torchvision's models, torchsummary's output and the formulas."""
+
 import contextlib
 import io
 import re
@@ -9,11 +10,16 @@ import torch
 import torchvision
 from torchsummary import summary as torchsummary_summary
 
-from timm_vitscratch.models.build import build_on_meta
 from timm_vitscratch.inspect.counts import (
-    analytic_param_count, block_param_formula, hidden_parameters, leaf_module_param_count,
-    param_breakdown, torchvision_reference, true_param_count,
+    analytic_param_count,
+    block_param_formula,
+    hidden_parameters,
+    leaf_module_param_count,
+    param_breakdown,
+    torchvision_reference,
+    true_param_count,
 )
+from timm_vitscratch.models.build import build_on_meta
 from timm_vitscratch.models.variants import ARCHITECTURES
 
 TORCHVISION_TRUE_COUNTS_1000 = {
@@ -84,8 +90,10 @@ def test_real_torchsummary_prints_leaf_count(name):
 
 
 def test_torchsummary_on_distilled_and_has_logits_tiny_models():
-    for name, hidden in [("scratch_deit_ti16_distilled", {"cls_token", "dist_token", "pos_embed"}),
-                         ("scratch_vit_b16_in21k", {"cls_token", "pos_embed"})]:
+    for name, hidden in [
+        ("scratch_deit_ti16_distilled", {"cls_token", "dist_token", "pos_embed"}),
+        ("scratch_vit_b16_in21k", {"cls_token", "pos_embed"}),
+    ]:
         model = timm.create_model(name, img_size=32, patch_size=8, depth=1, num_classes=7).eval()
         assert set(hidden_parameters(model)) == hidden
         with torch.no_grad():

@@ -6,6 +6,7 @@ with FlopCounterMode's total. On CPU, FlopCounterMode (torch 2.14) does not coun
 ``_scaled_dot_product_flash_attention_for_cpu`` kernel, so real-tensor runs use the eager attention
 path; on ``meta``, SDPA takes its math path, whose matrix products it does count.
 """
+
 import pytest
 import timm
 import torch
@@ -13,9 +14,9 @@ import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
 from tests.support import tiny
-from timm_vitscratch.models.build import build_on_meta
 from timm_vitscratch.inspect.flops import forward_macs
 from timm_vitscratch.inspect.report import build_report
+from timm_vitscratch.models.build import build_on_meta
 from timm_vitscratch.models.variants import ARCHITECTURES
 
 
@@ -52,8 +53,9 @@ def test_every_variant_matches_flop_counter(name):
     assert flops["per_image_macs"]["total"] == forward_macs(model)["total"]
 
 
-@pytest.mark.parametrize("kwargs", [dict(img_size=384), dict(num_classes=0), dict(global_pool="avg"),
-                                    dict(global_pool="")])
+@pytest.mark.parametrize(
+    "kwargs", [dict(img_size=384), dict(num_classes=0), dict(global_pool="avg"), dict(global_pool="")]
+)
 def test_other_sizes_and_heads_match_flop_counter(kwargs):
     model = build_on_meta("scratch_vit_b16", **kwargs).eval()
     size = kwargs.get("img_size", 224)
@@ -66,12 +68,15 @@ def test_real_tensors_eager_path_match_flop_counter(name):
     assert_within_one_percent(3 * forward_macs(model)["total"], counted_flops(model, 3, 32, "cpu") / 2)
 
 
-@pytest.mark.parametrize("ours, builder, timm_name", [
-    ("scratch_vit_b16", "vit_b_16", "vit_base_patch16_224"),
-    ("scratch_vit_l32", "vit_l_32", "vit_large_patch32_224"),
-    ("scratch_vit_h14", "vit_h_14", "vit_huge_patch14_224"),
-    ("scratch_deit_s16_distilled", None, "deit_small_distilled_patch16_224"),
-])
+@pytest.mark.parametrize(
+    "ours, builder, timm_name",
+    [
+        ("scratch_vit_b16", "vit_b_16", "vit_base_patch16_224"),
+        ("scratch_vit_l32", "vit_l_32", "vit_large_patch32_224"),
+        ("scratch_vit_h14", "vit_h_14", "vit_huge_patch14_224"),
+        ("scratch_deit_s16_distilled", None, "deit_small_distilled_patch16_224"),
+    ],
+)
 def test_analytic_matches_flop_counter_on_timm_and_torchvision_models(ours, builder, timm_name):
     macs = forward_macs(build_on_meta(ours, num_classes=1000))["total"]
     with torch.device("meta"):

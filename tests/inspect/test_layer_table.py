@@ -1,4 +1,5 @@
 """The per-layer table: the same rows real torchsummary prints, from meta or real tensors."""
+
 import contextlib
 import io
 import re
@@ -9,8 +10,8 @@ from torchsummary import summary as torchsummary_summary
 
 from tests.support import tiny
 from timm_vitscratch.inspect.counts import hidden_parameters, true_param_count
-from timm_vitscratch.models.build import build_on_meta
 from timm_vitscratch.inspect.layer_table import layer_rows, render_layer_table
+from timm_vitscratch.models.build import build_on_meta
 
 ROW = re.compile(r"^\s+(\w+-\d+)\s+(\[.*\])\s+([\d,]+)$")
 
@@ -49,6 +50,6 @@ def test_rows_sum_to_torchsummary_total_and_hidden_fill_the_gap(name, leaf_count
     assert leaf_count + sum(hidden_parameters(model).values()) == true_param_count(model)
     shapes = {n: list(p.shape) for n, p in model.named_parameters() if n in hidden_parameters(model)}
     text = render_layer_table(rows, shapes)
-    assert f"Params in layers (torchsummary's \"Total params\"): {leaf_count:,}" in text
+    assert f'Params in layers (torchsummary\'s "Total params"): {leaf_count:,}' in text
     assert f"Total params (true count): {true_param_count(model):,}" in text
     assert "pos_embed" in text and "Conv2d-1" in text

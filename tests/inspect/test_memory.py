@@ -1,4 +1,5 @@
 """Activation memory: the extrapolation from 1- and 2-block copies equals measuring the whole model."""
+
 import pytest
 import timm
 
@@ -7,9 +8,15 @@ from tests.support import TINY
 from timm_vitscratch.inspect.memory import estimate_activation_bytes, measure_activation_bytes
 
 
-@pytest.mark.parametrize("name, attn_impl", [("scratch_vit_ti16", "sdpa"), ("scratch_vit_ti16", "eager"),
-                                             ("scratch_deit_ti16_distilled", "sdpa"),
-                                             ("scratch_vit_b16_in21k", "sdpa")])
+@pytest.mark.parametrize(
+    "name, attn_impl",
+    [
+        ("scratch_vit_ti16", "sdpa"),
+        ("scratch_vit_ti16", "eager"),
+        ("scratch_deit_ti16_distilled", "sdpa"),
+        ("scratch_vit_b16_in21k", "sdpa"),
+    ],
+)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_extrapolation_equals_whole_model_measurement(monkeypatch, name, attn_impl, batch):
     kwargs = {**TINY, "depth": 4, "attn_impl": attn_impl, "num_classes": 7}

@@ -1,4 +1,5 @@
 """`vitscratch summary`'s numbers: torchvision's counts, torchsummary's "Total params", timm's own models, the tally."""
+
 import json
 
 import pytest
@@ -8,23 +9,29 @@ import torchvision
 
 from timm_vitscratch.cli import main
 from timm_vitscratch.inspect.counts import block_part_formulas, torchvision_reference
-from timm_vitscratch.inspect.report import build_report
 from timm_vitscratch.inspect.render import count_summary
+from timm_vitscratch.inspect.report import build_report
 from timm_vitscratch.models.variants import ARCHITECTURES
 
 # torchvision's vit_* models at 1000 classes (true count), and what torchsummary prints as "Total params"
 # for our models at 5 classes (tests/inspect/test_counts.py checks both against the real libraries).
 TORCHVISION_TRUE_COUNTS_1000 = {
-    "scratch_vit_b16": 86_567_656, "scratch_vit_b32": 88_224_232, "scratch_vit_l16": 304_326_632,
-    "scratch_vit_l32": 306_535_400, "scratch_vit_h14": 632_045_800,
+    "scratch_vit_b16": 86_567_656,
+    "scratch_vit_b32": 88_224_232,
+    "scratch_vit_l16": 304_326_632,
+    "scratch_vit_l32": 306_535_400,
+    "scratch_vit_h14": 632_045_800,
 }
 TORCHSUMMARY_TOTALS_5 = {
-    "scratch_vit_b16": 85_650_437, "scratch_vit_b32": 87_419_909, "scratch_vit_l32": 305_463_301,
+    "scratch_vit_b16": 85_650_437,
+    "scratch_vit_b32": 87_419_909,
+    "scratch_vit_l32": 305_463_301,
     "scratch_vit_h14": 630_440_965,
 }
 # timm's own models of the architectures torchvision has no named builder for
 TIMM_EQUIVALENTS = {
-    "scratch_vit_ti16": "vit_tiny_patch16_224", "scratch_vit_s16": "vit_small_patch16_224",
+    "scratch_vit_ti16": "vit_tiny_patch16_224",
+    "scratch_vit_s16": "vit_small_patch16_224",
     "scratch_deit_ti16_distilled": "deit_tiny_distilled_patch16_224",
     "scratch_deit_s16_distilled": "deit_small_distilled_patch16_224",
     "scratch_deit_b16_distilled": "deit_base_distilled_patch16_224",
@@ -37,7 +44,9 @@ def _count(model):
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_TRUE_COUNTS_1000))
 def test_true_counts_equal_torchvision_counts(name):
-    assert build_report(name, num_classes=1000, activations=False)["counts"]["true"] == TORCHVISION_TRUE_COUNTS_1000[name]
+    assert (
+        build_report(name, num_classes=1000, activations=False)["counts"]["true"] == TORCHVISION_TRUE_COUNTS_1000[name]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(TORCHSUMMARY_TOTALS_5))
@@ -48,8 +57,10 @@ def test_leaf_counts_equal_torchsummary_totals(name):
 def test_b16_at_5_classes_true_leaf_and_hidden_tokens():
     counts = build_report("scratch_vit_b16", num_classes=5, activations=False)["counts"]
     assert (counts["true"], counts["leaf_module"], counts["difference"]) == (85_802_501, 85_650_437, 152_064)
-    assert counts["hidden"] == {"cls_token": {"shape": [1, 1, 768], "params": 768},
-                                "pos_embed": {"shape": [1, 197, 768], "params": 197 * 768}}
+    assert counts["hidden"] == {
+        "cls_token": {"shape": [1, 1, 768], "params": 768},
+        "pos_embed": {"shape": [1, 197, 768], "params": 197 * 768},
+    }
 
 
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
@@ -67,8 +78,9 @@ def test_every_variant_equals_the_third_party_model(name):
 def test_tally_sums_to_true_count_and_matches_formulas(name):
     report = build_report(name, num_classes=5, activations=False)
     tally, h = report["tally"], report["model"]["embed_dim"]
-    parts = [tally[k] for k in ("patch_embedding", "tokens", "position_embedding", "final_norm",
-                                "representation", "head")]
+    parts = [
+        tally[k] for k in ("patch_embedding", "tokens", "position_embedding", "final_norm", "representation", "head")
+    ]
     assert sum(parts) + sum(b["total"] for b in tally["blocks"]) == tally["total"] == report["counts"]["true"]
     assert len(tally["blocks"]) == report["model"]["depth"]
     for block in tally["blocks"]:
@@ -106,7 +118,8 @@ def test_img_size_changes_position_table_and_tokens():
     assert report["model"]["tokens"] == 24 * 24 + 1
     with torch.device("meta"):
         reference = torchvision.models.VisionTransformer(
-            image_size=384, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=5)
+            image_size=384, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=5
+        )
     assert report["counts"]["true"] == _count(reference)
 
 
@@ -127,8 +140,12 @@ def test_cli_text_and_json_agree(capsys):
     report = json.loads(capsys.readouterr().out)
     assert main(["summary", "scratch_vit_b16", "--num-classes", "5"]) == 0
     text = capsys.readouterr().out
-    for value in (report["counts"]["true"], report["counts"]["leaf_module"], report["tally"]["blocks"][0]["mlp"],
-                  report["flops"]["per_image_macs"]["total"]):
+    for value in (
+        report["counts"]["true"],
+        report["counts"]["leaf_module"],
+        report["tally"]["blocks"][0]["mlp"],
+        report["flops"]["per_image_macs"]["total"],
+    ):
         assert f"{value:,}" in text
     training = report["memory"]["training_mixed_precision_adamw"]
     for value in (training["states_bytes"], training["activations_bytes"], training["total_bytes"]):
@@ -140,7 +157,7 @@ def test_cli_text_and_json_agree(capsys):
 
 def test_count_summary_keeps_the_counts_and_tally():
     text = count_summary("scratch_vit_b32", num_classes=5)
-    for value in (87_419_909, 87_419_909 + 50 * 768 + 768, 12 * (12 * 768 ** 2 + 13 * 768)):
+    for value in (87_419_909, 87_419_909 + 50 * 768 + 768, 12 * (12 * 768**2 + 13 * 768)):
         assert f"{value:,}" in text
 
 

@@ -4,6 +4,7 @@ Every test compares against a model built and loaded the ordinary way (or agains
 ViT loading the same file), checks that nothing is left on ``meta``, and that what the
 checkpoint did not provide is initialised like a fresh model.
 """
+
 import hashlib
 from pathlib import Path
 
@@ -13,11 +14,10 @@ import torch
 from safetensors.torch import save_file
 from timm.layers import resample_abs_pos_embed
 
+from tests.support import TINY, tiny
 from timm_vitscratch import VisionTransformer
 from timm_vitscratch.hub.model_dir import model_config, write_config
 from timm_vitscratch.models.layers import normal_init_, sincos_2d_pos_embed
-
-from tests.support import TINY, tiny
 
 
 def _no_meta(model: torch.nn.Module) -> None:
@@ -51,8 +51,9 @@ def test_pretrained_from_file_equals_normal_load_and_timm(source):
     normal = tiny().eval()
     normal.load_state_dict(reference.state_dict())
     # timm's own ViT through timm's own loading path, same file
-    timm_vit = timm.create_model("vit_tiny_patch16_224", pretrained=True,
-                                 pretrained_cfg_overlay=dict(file=str(path)), **TINY).eval()
+    timm_vit = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **TINY
+    ).eval()
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(fast(x), normal(x))
@@ -105,8 +106,9 @@ def test_img_size_change_resamples_pos_embed_like_timm(source):
     _no_meta(model)
     expected = resample_abs_pos_embed(reference.pos_embed.detach(), new_size=[6, 6], num_prefix_tokens=1)
     assert torch.allclose(model.pos_embed, expected)
-    timm_vit = timm.create_model("vit_tiny_patch16_224", pretrained=True,
-                                 pretrained_cfg_overlay=dict(file=str(path)), **{**TINY, "img_size": 48}).eval()
+    timm_vit = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **{**TINY, "img_size": 48}
+    ).eval()
     x = torch.randn(2, 3, 48, 48)
     with torch.no_grad():
         assert (model.eval()(x) - timm_vit(x)).abs().max() <= 1e-5
@@ -152,8 +154,9 @@ def test_training_a_fast_loaded_model_leaves_the_file_alone(source):
 def test_in_memory_state_dict_is_copied_not_aliased(source):
     reference, _ = source
     state = {k: v.clone() for k, v in reference.state_dict().items()}
-    model = timm.create_model("scratch_vit_ti16", pretrained=True,
-                              pretrained_cfg_overlay=dict(state_dict=state), **TINY)
+    model = timm.create_model(
+        "scratch_vit_ti16", pretrained=True, pretrained_cfg_overlay=dict(state_dict=state), **TINY
+    )
     with torch.no_grad():
         model.cls_token.add_(1.0)
     assert torch.equal(state["cls_token"], reference.cls_token.detach())

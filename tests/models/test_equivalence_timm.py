@@ -1,4 +1,5 @@
 """Same state dict, same logits as timm's own ViT and DeiT-distilled models."""
+
 import pytest
 import timm
 import torch
@@ -48,11 +49,14 @@ def test_distilled_training_pair_matches_timm():
         assert (reference(x) - ours(x)).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("ours_name,timm_name,pool", [
-    ("scratch_vit_ti16", "vit_tiny_patch16_224", "token"),
-    ("scratch_vit_ti16", "vit_tiny_patch16_224", "avg"),
-    ("scratch_deit_ti16_distilled", "deit_tiny_distilled_patch16_224", "token"),
-])
+@pytest.mark.parametrize(
+    "ours_name,timm_name,pool",
+    [
+        ("scratch_vit_ti16", "vit_tiny_patch16_224", "token"),
+        ("scratch_vit_ti16", "vit_tiny_patch16_224", "avg"),
+        ("scratch_deit_ti16_distilled", "deit_tiny_distilled_patch16_224", "token"),
+    ],
+)
 @pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("pooled_forward", [False, True], ids=["default", "pooled"])
 def test_training_step_gradients_equal_timm(ours_name, timm_name, pool, attn_impl, pooled_forward):
@@ -63,8 +67,9 @@ def test_training_step_gradients_equal_timm(ours_name, timm_name, pool, attn_imp
     """
     small = dict(img_size=32, depth=2, num_classes=7)
     reference = timm.create_model(timm_name, global_pool=pool, **small).train()
-    ours = timm.create_model(ours_name, global_pool=pool, attn_impl=attn_impl, pooled_forward=pooled_forward,
-                             **small).train()
+    ours = timm.create_model(
+        ours_name, global_pool=pool, attn_impl=attn_impl, pooled_forward=pooled_forward, **small
+    ).train()
     ours.load_state_dict(reference.state_dict())
     x, y = torch.randn(3, 3, 32, 32), torch.randint(0, 7, (3,))
     ours_loss = torch.nn.functional.cross_entropy(ours(x), y)
@@ -120,8 +125,13 @@ def test_option_families_load_strict_and_match_timm(family):
         with torch.no_grad():
             assert _max_diff(ours(x), reference(x)) <= 1e-5, (family, height, width)
             assert _max_diff(ours.forward_features(x), reference.forward_features(x)) <= 1e-5
-            assert _max_diff(ours.forward_head(ours.forward_features(x), pre_logits=True),
-                             reference.forward_head(reference.forward_features(x), pre_logits=True)) <= 1e-5
+            assert (
+                _max_diff(
+                    ours.forward_head(ours.forward_features(x), pre_logits=True),
+                    reference.forward_head(reference.forward_features(x), pre_logits=True),
+                )
+                <= 1e-5
+            )
 
 
 @pytest.mark.parametrize("family", ["deit3", "dinov2", "map"])
@@ -132,13 +142,17 @@ def test_set_input_size_and_intermediates_match_timm(family):
         theirs = reference.get_intermediate_layers(x, n=2, reshape=True)
         mine = ours.get_intermediate_layers(x, n=2, reshape=True)
         assert len(mine) == len(theirs) == 2
-        for a, b in zip(mine, theirs):
+        for a, b in zip(mine, theirs, strict=False):
             assert a.shape == b.shape == (2, 192, 4, 4) and _max_diff(a, b) <= 1e-5
         theirs = reference.forward_intermediates(x, indices=[0, 2], output_dict=True, return_prefix_tokens=True)
         mine = ours.forward_intermediates(x, indices=[0, 2], output_dict=True, return_prefix_tokens=True)
         assert set(mine) == set(theirs)
         for key in theirs:
-            pairs = zip(mine[key], theirs[key]) if isinstance(theirs[key], list) else [(mine[key], theirs[key])]
+            pairs = (
+                zip(mine[key], theirs[key], strict=False)
+                if isinstance(theirs[key], list)
+                else [(mine[key], theirs[key])]
+            )
             assert all(_max_diff(a, b) <= 1e-5 for a, b in pairs), key
     reference.set_input_size(img_size=96)
     ours.set_input_size(img_size=96)
@@ -161,6 +175,8 @@ def test_attention_mask_matches_timm():
     with torch.no_grad():
         for impl in ("sdpa", "eager"):
             ours.set_attn_impl(impl)
-            assert _max_diff(ours.forward_features(x, attn_mask=mask),
-                             reference.forward_features(x, attn_mask=mask)) <= 1e-5
+            assert (
+                _max_diff(ours.forward_features(x, attn_mask=mask), reference.forward_features(x, attn_mask=mask))
+                <= 1e-5
+            )
             assert _max_diff(ours(x, attn_mask=mask), reference(x, attn_mask=mask)) <= 1e-5

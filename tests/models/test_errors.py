@@ -1,4 +1,5 @@
 """Bad input gets a ValueError that says what was wrong and what was expected."""
+
 import pytest
 import torch
 

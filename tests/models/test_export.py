@@ -4,6 +4,7 @@ Also the ``--torchscript`` paths of timm's scripts, call for call: validate.py a
 the model with ``scriptable=True``, move it, then ``torch.jit.script`` it; train.py scripts the model
 in training mode and builds its optimizer on the scripted module.
 """
+
 from __future__ import annotations
 
 import onnxruntime
@@ -60,8 +61,13 @@ def test_jit_script_of_a_distilled_model_in_training_returns_one_tensor():
 
 
 # --- the --torchscript paths of timm's scripts -------------------------------------------------
-SCRIPT_VARIANTS = ["scratch_vit_ti16", "scratch_vit_b32", "scratch_vit_b16_in21k", "scratch_deit_ti16_distilled",
-                   "scratch_test_dinov2_reg"]
+SCRIPT_VARIANTS = [
+    "scratch_vit_ti16",
+    "scratch_vit_b32",
+    "scratch_vit_b16_in21k",
+    "scratch_deit_ti16_distilled",
+    "scratch_test_dinov2_reg",
+]
 
 
 @pytest.mark.parametrize("name", SCRIPT_VARIANTS)
@@ -69,8 +75,11 @@ def test_validate_py_torchscript_sequence(name):
     """validate.py --model NAME --img-size 64 --model-kwargs depth=2 ... --torchscript."""
     model_kwargs = {k: v for k, v in SMALL.items() if k != "img_size"}  # the size comes from --img-size
     args = dict(img_size=64, input_size=None, in_chans=None, crop_pct=None, mean=None, std=None, interpolation="")
-    model = timm.create_model(**resolve_model_input_args(
-        name, args, pretrained=False, num_classes=None, global_pool=None, scriptable=True, **model_kwargs))
+    model = timm.create_model(
+        **resolve_model_input_args(
+            name, args, pretrained=False, num_classes=None, global_pool=None, scriptable=True, **model_kwargs
+        )
+    )
     model = model.to(device="cpu", dtype=None)
     data_config = resolve_input_data_config(model, args, use_test_size=True)
     scripted = torch.jit.script(model)
@@ -86,8 +95,16 @@ def test_validate_py_torchscript_sequence(name):
 def test_benchmark_py_torchscript_sequence(name):
     """benchmark.py --model NAME --torchscript: its create_model arguments (None ones are dropped by timm)."""
     model = timm.create_model(
-        name, num_classes=None, in_chans=3, global_pool=None, scriptable=True, drop_rate=0.0,
-        drop_path_rate=None, drop_block_rate=None, **SMALL)
+        name,
+        num_classes=None,
+        in_chans=3,
+        global_pool=None,
+        scriptable=True,
+        drop_rate=0.0,
+        drop_path_rate=None,
+        drop_block_rate=None,
+        **SMALL,
+    )
     model.to(device="cpu", dtype=torch.float32)
     scripted = torch.jit.script(model)
     scripted.eval()
@@ -109,7 +126,7 @@ def test_train_py_torchscript_sequence(name):
     assert isinstance(out, torch.Tensor) and out.shape == (2, 5)
     torch.nn.functional.cross_entropy(out, torch.tensor([0, 3])).backward()
     optimizer.step()
-    assert all(not torch.equal(b, p) for b, p in zip(before, scripted.parameters()))
+    assert all(not torch.equal(b, p) for b, p in zip(before, scripted.parameters(), strict=False))
 
 
 # --- torch.export ----------------------------------------------------------------------------
@@ -130,8 +147,10 @@ def test_torch_export_dynamic_height_and_width(name):
     model = timm.create_model(name, dynamic_img_size=True, patch_size=8, **SMALL).eval()
     rows, cols = torch.export.Dim("rows", min=2, max=16), torch.export.Dim("cols", min=2, max=16)
     exported = torch.export.export(
-        model, (torch.randn(2, 3, 64, 64),), dynamic_shapes=({0: torch.export.Dim("batch", max=32), 2: 8 * rows,
-                                                              3: 8 * cols},))
+        model,
+        (torch.randn(2, 3, 64, 64),),
+        dynamic_shapes=({0: torch.export.Dim("batch", max=32), 2: 8 * rows, 3: 8 * cols},),
+    )
     for shape in ((2, 3, 48, 80), (3, 3, 96, 40)):
         x = torch.randn(shape)
         with torch.no_grad():
@@ -144,12 +163,19 @@ def test_onnx_dynamo_export_runs_in_onnxruntime(name, tmp_path):
     model = timm.create_model(name, **SMALL).eval()
     path = tmp_path / f"{name}.onnx"
     batch = torch.export.Dim("batch", min=1, max=32)
-    torch.onnx.export(model, (torch.randn(2, 3, 64, 64),), str(path), dynamo=True, input_names=["x"],
-                      output_names=["logits"], dynamic_shapes=({0: batch},), verbose=False)
+    torch.onnx.export(
+        model,
+        (torch.randn(2, 3, 64, 64),),
+        str(path),
+        dynamo=True,
+        input_names=["x"],
+        output_names=["logits"],
+        dynamic_shapes=({0: batch},),
+        verbose=False,
+    )
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for size in (1, 3):
         x = torch.randn(size, 3, 64, 64)
         (logits,) = session.run(["logits"], {"x": x.numpy()})
         with torch.no_grad():
             _close(torch.from_numpy(logits), model(x), atol=1e-4)
-

@@ -4,6 +4,7 @@ Each drives the model's parts the way the code in the wild does, not through ``m
 an MAE-style masked encoder, a Grad-CAM recipe hooking ``blocks[-1].norm1``, LoRA adapters from the
 ``peft`` library, and a CLIP-style image tower built on ``reset_classifier(0, global_pool='')``.
 """
+
 import copy
 
 import peft
@@ -40,7 +41,7 @@ def mae_encode_with_pos_embed_method(model, images, keep):
     """A masked encoder on timm's methods: embed patches, ``_pos_embed`` (prefix tokens in front), keep
     a subset of the patch tokens, then the blocks and the final norm."""
     x = model._pos_embed(model.patch_embed(images))
-    prefix, patches = x[:, :model.num_prefix_tokens], x[:, model.num_prefix_tokens:]
+    prefix, patches = x[:, : model.num_prefix_tokens], x[:, model.num_prefix_tokens :]
     x = model.norm_pre(torch.cat([prefix, keep_subset(patches, keep)], dim=1))
     return model.norm(model.blocks(x))
 
@@ -55,9 +56,11 @@ def mae_encode_with_pos_embed_table(model, images, keep):
     return model.norm(model.blocks(model.norm_pre(x)))
 
 
-@pytest.mark.parametrize("family, encode", [
-    (family, mae_encode_with_pos_embed_method) for family in ("plain", "deit3", "clip_pre_norm", "distilled")
-] + [(family, mae_encode_with_pos_embed_table) for family in ("plain", "deit3", "clip_pre_norm")])
+@pytest.mark.parametrize(
+    "family, encode",
+    [(family, mae_encode_with_pos_embed_method) for family in ("plain", "deit3", "clip_pre_norm", "distilled")]
+    + [(family, mae_encode_with_pos_embed_table) for family in ("plain", "deit3", "clip_pre_norm")],
+)
 def test_mae_style_masked_encoder(family, encode):
     reference, ours = timm_pair(family)
     images = torch.randn(2, 3, 32, 32)
@@ -91,7 +94,7 @@ def grad_cam(model, images, target_class):
     grid_h, grid_w = model.patch_embed.grid_size
 
     def to_map(tokens):
-        tokens = tokens[:, model.num_prefix_tokens:]
+        tokens = tokens[:, model.num_prefix_tokens :]
         return tokens.reshape(tokens.shape[0], grid_h, grid_w, -1).permute(0, 3, 1, 2)
 
     activations, gradients = to_map(captured["activations"]), to_map(captured["gradients"])
@@ -114,8 +117,7 @@ def test_peft_lora_adapters(family):
     images = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         plain_logits = reference(images)
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["qkv", "proj", "fc1", "fc2"],
-                             init_lora_weights=False)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["qkv", "proj", "fc1", "fc2"], init_lora_weights=False)
     theirs = peft.get_peft_model(reference, copy.deepcopy(config))
     mine = peft.get_peft_model(ours, copy.deepcopy(config))
     adapter = peft.get_peft_model_state_dict(theirs)

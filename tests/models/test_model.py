@@ -1,13 +1,13 @@
 """Behaviour of the model and its timm hooks, on tiny configurations."""
+
 import pytest
 import timm
 import torch
 from torch import nn
 
+from tests.support import TINY, tiny
 from timm_vitscratch import DropPath, VisionTransformer
 from timm_vitscratch.models.layers import drop_path
-
-from tests.support import TINY, tiny
 
 
 def test_drop_path_identity_in_eval():
@@ -187,7 +187,7 @@ def test_layer_decay_groups_follow_group_matcher():
     optimizer = create_optimizer_v2(model, "adamw", lr=1e-3, layer_decay=0.5)
     scales = sorted({g["lr_scale"] for g in optimizer.param_groups})
     # stem, three blocks, then the final norm/head: five distinct depths
-    assert scales == pytest.approx([0.5 ** k for k in range(4, -1, -1)])
+    assert scales == pytest.approx([0.5**k for k in range(4, -1, -1)])
 
 
 def test_forward_intermediates_timm_signature():
@@ -202,8 +202,9 @@ def test_forward_intermediates_timm_signature():
     with_prefix = model.forward_intermediates(x, indices=1, return_prefix_tokens=True, intermediates_only=True)
     assert with_prefix[0][1].shape == (2, 1, 64)
     plain = model.forward_intermediates(x, indices=1, output_fmt="NLC", intermediates_only=True)
-    normed = model.forward_intermediates(x, indices=1, output_fmt="NLC", norm=True, stop_early=True,
-                                         intermediates_only=True)
+    normed = model.forward_intermediates(
+        x, indices=1, output_fmt="NLC", norm=True, stop_early=True, intermediates_only=True
+    )
     with torch.no_grad():
         assert torch.allclose(normed[0], model.norm(plain[0]), atol=1e-6)
 
@@ -229,8 +230,9 @@ def test_attention_paths_equal_and_maps_are_stochastic():
 
 
 def test_create_model_kwargs_pass_through():
-    model = timm.create_model("scratch_vit_s16", num_classes=3, drop_rate=0.1, drop_path_rate=0.1,
-                              img_size=64, in_chans=1, depth=2)
+    model = timm.create_model(
+        "scratch_vit_s16", num_classes=3, drop_rate=0.1, drop_path_rate=0.1, img_size=64, in_chans=1, depth=2
+    )
     assert isinstance(model, VisionTransformer)
     assert model.patch_embed.img_size == (64, 64) and model.patch_embed.in_chans == 1
     assert model.blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
@@ -273,7 +275,7 @@ def test_forward_equals_forward_head_of_forward_features():
         with torch.no_grad():
             assert torch.allclose(model(x), model.forward_head(model.forward_features(x)), atol=1e-6), name
             pooled = model.forward_pooled_tokens(x)
-            assert torch.allclose(pooled, model.forward_features(x)[:, :model.num_prefix_tokens], atol=1e-6)
+            assert torch.allclose(pooled, model.forward_features(x)[:, : model.num_prefix_tokens], atol=1e-6)
 
 
 def test_hooks_see_every_token_by_default():

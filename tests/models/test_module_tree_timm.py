@@ -8,6 +8,7 @@ gradient is equal. In eval, and in training with every dropout rate at zero; thr
 attention path and the eager one (timm's ``fused_attn`` off, where ``attn_drop`` sees the attention
 matrix). Ours may hold modules of its own besides timm's.
 """
+
 from collections import defaultdict
 
 import pytest
@@ -26,10 +27,14 @@ def hooked_pass(model, names, x, weights):
     handles = []
     for name in names:
         module = modules[name]
-        handles.append(module.register_forward_hook(
-            lambda _m, _i, out, name=name: outputs[name].append(out.detach().clone())))
-        handles.append(module.register_full_backward_hook(
-            lambda _m, _gin, gout, name=name: grads[name].append(gout[0].detach().clone())))
+        handles.append(
+            module.register_forward_hook(lambda _m, _i, out, name=name: outputs[name].append(out.detach().clone()))
+        )
+        handles.append(
+            module.register_full_backward_hook(
+                lambda _m, _gin, gout, name=name: grads[name].append(gout[0].detach().clone())
+            )
+        )
     model.zero_grad(set_to_none=True)
     x = x.clone().requires_grad_()
     logits = model(x)
@@ -46,10 +51,10 @@ def max_diffs(expected, actual):
     result = {}
     for name, theirs in expected.items():
         mine = actual.get(name, [])
-        if len(mine) != len(theirs) or any(a.shape != b.shape for a, b in zip(mine, theirs)):
+        if len(mine) != len(theirs) or any(a.shape != b.shape for a, b in zip(mine, theirs, strict=False)):
             result[name] = None
         else:
-            result[name] = max((a - b).abs().max().item() for a, b in zip(mine, theirs))
+            result[name] = max((a - b).abs().max().item() for a, b in zip(mine, theirs, strict=False))
     return result
 
 
@@ -101,6 +106,8 @@ def test_every_timm_module_fires_with_timms_tensors(family, mode, fused):
     never_called = [n for n in report["silent"] if not (n.endswith(".attn_drop") and fused)]
     assert never_called == (["fc_norm"] if family == "distilled" else []), never_called
     assert report["backward"] == report["fired"]
-    print(f"{family} {mode} {'fused' if fused else 'eager'}: {report['fired']}/{report['fired']} timm modules "
-          f"fire with equal outputs ({report['modules']} named), {report['backward']}/{report['backward']} "
-          f"equal output gradients, {report['params']}/{report['params']} equal parameter gradients")
+    print(
+        f"{family} {mode} {'fused' if fused else 'eager'}: {report['fired']}/{report['fired']} timm modules "
+        f"fire with equal outputs ({report['modules']} named), {report['backward']}/{report['backward']} "
+        f"equal output gradients, {report['params']}/{report['params']} equal parameter gradients"
+    )

@@ -3,6 +3,7 @@
 Batches are made by timm's ``Patchify`` and ``NaFlexCollator``; the reference is timm's ``NaFlexVit`` built
 from the classic ViT with ``use_naflex=True`` and loaded with our weights through timm's NaFlex filter.
 """
+
 import pytest
 import timm
 import torch
@@ -67,9 +68,11 @@ def test_each_image_equals_itself_alone_and_timms_naflexvit(family):
             state["cls_token"] = state["cls_token"] + pos[:, :1]
             state["reg_token"] = state.pop("dist_token") + pos[:, 1:2]
             state["pos_embed"] = pos[:, 2:]
-            reference = timm.create_model("vit_tiny_patch16_224", use_naflex=True, reg_tokens=1, global_pool="",
-                                          num_classes=0, **TINY).eval()
+            reference = timm.create_model(
+                "vit_tiny_patch16_224", use_naflex=True, reg_tokens=1, global_pool="", num_classes=0, **TINY
+            ).eval()
             from timm.models.naflexvit import checkpoint_filter_fn
+
             reference.load_state_dict(checkpoint_filter_fn(state, reference))
             tokens = reference.forward_features(**batch_args(batch))["patches"]
             expected = (model.head(tokens[:, 0]) + model.head_dist(tokens[:, 1])) / 2
@@ -80,8 +83,9 @@ def test_each_image_equals_itself_alone_and_timms_naflexvit(family):
         assert _diff(logits, expected) <= TOL, family
         # the features in timm's padded layout: equal at every real token (ours are zero at padding)
         features = model.forward_features(batch)
-        keep = torch.cat([torch.ones(len(pictures), model.num_prefix_tokens, dtype=torch.bool),
-                          batch["patch_valid"]], dim=1)
+        keep = torch.cat(
+            [torch.ones(len(pictures), model.num_prefix_tokens, dtype=torch.bool), batch["patch_valid"]], dim=1
+        )
         assert _diff(features["patches"][keep], tokens[keep]) <= TOL
         assert not features["patches"][~keep].any()
         assert torch.equal(features["patch_valid"], batch["patch_valid"])
@@ -92,10 +96,19 @@ def batch_args(batch):
     return dict(patches=batch["patches"], patch_coord=batch["patch_coord"], patch_valid=batch["patch_valid"])
 
 
-@pytest.mark.parametrize("pool,options", [
-    ("token", {}), ("avg", {}), ("avgmax", {}), ("max", {}), ("map", dict(class_token=False)), ("map", {}),
-    ("avg", dict(reg_tokens=2, no_embed_class=True, pool_include_prefix=True)), ("", {}),
-])
+@pytest.mark.parametrize(
+    "pool,options",
+    [
+        ("token", {}),
+        ("avg", {}),
+        ("avgmax", {}),
+        ("max", {}),
+        ("map", dict(class_token=False)),
+        ("map", {}),
+        ("avg", dict(reg_tokens=2, no_embed_class=True, pool_include_prefix=True)),
+        ("", {}),
+    ],
+)
 def test_every_global_pool_over_valid_tokens_only(pool, options):
     model, single = _pair(global_pool=pool, **options)
     pictures = images(MIXED_SIZES[:4])
@@ -110,16 +123,18 @@ def test_every_global_pool_over_valid_tokens_only(pool, options):
             for index, picture in enumerate(pictures):
                 count = int(batch["patch_valid"][index].sum())
                 alone = single(picture[None])[0]
-                assert _diff(logits[index, :prefix + count], alone) <= TOL
-                assert _diff(expected[index, :prefix + count], alone) <= TOL
+                assert _diff(logits[index, : prefix + count], alone) <= TOL
+                assert _diff(expected[index, : prefix + count], alone) <= TOL
             return
         alone = torch.cat([single(picture[None]) for picture in pictures])
     assert _diff(logits, alone) <= TOL
     assert _diff(logits, expected) <= TOL
 
 
-@pytest.mark.parametrize("options", [dict(pos_embed="sincos"), dict(pos_embed="sincos", no_embed_class=True,
-                                                                    reg_tokens=1), dict(pos_embed="none")])
+@pytest.mark.parametrize(
+    "options",
+    [dict(pos_embed="sincos"), dict(pos_embed="sincos", no_embed_class=True, reg_tokens=1), dict(pos_embed="none")],
+)
 def test_sincos_and_no_position_tables_equal_the_image_alone(options):
     model, single = _pair(**options)
     pictures = images(MIXED_SIZES)
@@ -145,7 +160,9 @@ def test_the_ways_in_agree_positional_keywords_and_patch_size():
     with torch.no_grad():
         expected = model(batch)
         assert model.get_patch_size() == (8, 8)
-        assert torch.equal(model(args["patches"], args["patch_coord"], args["patch_valid"]), expected)  # NaFlexVit order
+        assert torch.equal(
+            model(args["patches"], args["patch_coord"], args["patch_valid"]), expected
+        )  # NaFlexVit order
         patches, where = args.pop("patches"), args
         assert torch.equal(model(patches, **where), expected)
         assert torch.equal(model.forward_head(model.forward_features(patches, **where)), expected)
@@ -178,8 +195,9 @@ def test_variable_patch_size_resamples_the_projection_like_timm(channels_last):
     pictures = images([(32, 32), (16, 48), (8, 64)])
     with torch.no_grad():
         for patch in (4, 8, 16):
-            batch = naflex_batch(pictures, patch_size=patch, max_seq_len=128, channels_last=channels_last,
-                                 flatten=False)
+            batch = naflex_batch(
+                pictures, patch_size=patch, max_seq_len=128, channels_last=channels_last, flatten=False
+            )
             assert _diff(model(batch), reference(batch)) <= TOL, patch
         # the model's own size needs no resampling: 5-D equals flattened
         flat = naflex_batch(pictures, patch_size=8, max_seq_len=128, channels_last=channels_last)
@@ -209,14 +227,16 @@ def test_forward_intermediates_like_timms_naflexvit():
     batch = naflex_batch(images(MIXED_SIZES), patch_size=8, max_seq_len=96)
     keep = batch["patch_valid"]
     with torch.no_grad():
-        ours = model.forward_intermediates(batch, indices=[0, 1], output_fmt="NLC", output_dict=True,
-                                           return_prefix_tokens=True, norm=True)
-        theirs = reference.forward_intermediates(batch, indices=[0, 1], output_fmt="NLC", output_dict=True,
-                                                 return_prefix_tokens=True, norm=True)
+        ours = model.forward_intermediates(
+            batch, indices=[0, 1], output_fmt="NLC", output_dict=True, return_prefix_tokens=True, norm=True
+        )
+        theirs = reference.forward_intermediates(
+            batch, indices=[0, 1], output_fmt="NLC", output_dict=True, return_prefix_tokens=True, norm=True
+        )
         assert torch.equal(ours["patch_valid"], theirs["patch_valid"])
-        for mine, timms in zip(ours["image_intermediates"], theirs["image_intermediates"]):
+        for mine, timms in zip(ours["image_intermediates"], theirs["image_intermediates"], strict=False):
             assert mine.shape == timms.shape and _diff(mine[keep], timms[keep]) <= TOL
-        for mine, timms in zip(ours["image_intermediates_prefix"], theirs["image_intermediates_prefix"]):
+        for mine, timms in zip(ours["image_intermediates_prefix"], theirs["image_intermediates_prefix"], strict=False):
             assert _diff(mine, timms) <= TOL
         final, intermediates = model.forward_intermediates(batch, indices=1, output_fmt="NLC")
         assert len(intermediates) == 1 and final.shape == (len(MIXED_SIZES), 1 + 2 + 96, 64)

@@ -1,11 +1,11 @@
 """A bad NaFlex batch gets a NaFlexBatchError (a ValueError) naming the field and the expected shape."""
+
 import pytest
 import torch
 
-from timm_vitscratch.errors import NaFlexBatchError
-
 from tests.support import tiny
 from tests.support.naflex_batches import images, naflex_batch
+from timm_vitscratch.errors import NaFlexBatchError
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """The packed NaFlex path: compute grows with real tokens, and it trains, checkpoints, compiles and exports."""
+
 import random
 
 import pytest
@@ -40,8 +41,10 @@ def _per_image_gradients(model, pictures, labels):
     """Every parameter's gradient of the summed per-image loss, each image through the model alone."""
     single = tiny(num_classes=5, dynamic_img_size=True).train()
     single.load_state_dict(model.state_dict())
-    loss = sum(F.cross_entropy(single(picture[None]), label[None], reduction="sum")
-               for picture, label in zip(pictures, labels))
+    loss = sum(
+        F.cross_entropy(single(picture[None]), label[None], reduction="sum")
+        for picture, label in zip(pictures, labels, strict=False)
+    )
     loss.backward()
     return loss.detach(), {name: p.grad for name, p in single.named_parameters()}
 
@@ -118,7 +121,7 @@ def test_compiled_training_step_with_inductor_matches_eager():
         labels = torch.arange(batch["patches"].shape[0]) % 5
         for net in (model, compiled):
             F.cross_entropy(net(batch), labels).backward()
-    for (name, param), twin_param in zip(model.named_parameters(), twin.parameters()):
+    for (name, param), twin_param in zip(model.named_parameters(), twin.parameters(), strict=False):
         assert torch.allclose(twin_param.grad, param.grad, atol=1e-5, rtol=1e-4), name
 
 
@@ -140,9 +143,16 @@ def test_padded_path_exports_and_equals_the_packed_path():
     assert (padded - packed).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("options", [dict(), dict(global_pool="map", class_token=False), dict(global_pool="max"),
-                                     dict(pos_embed="sincos", global_pool="avgmax"),
-                                     dict(name="scratch_deit_ti16_distilled")])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(global_pool="map", class_token=False),
+        dict(global_pool="max"),
+        dict(pos_embed="sincos", global_pool="avgmax"),
+        dict(name="scratch_deit_ti16_distilled"),
+    ],
+)
 def test_padded_path_equals_packed_path(options):
     options = dict(options)
     model = tiny(options.pop("name", "scratch_vit_ti16"), num_classes=5, **options).eval()
@@ -170,14 +180,24 @@ def test_resize_weights_are_torchs_antialiased_bicubic():
 
 def test_onnx_export_runs_in_onnxruntime():
     import onnxruntime
+
     model = tiny(num_classes=5).eval()
     example = naflex_batch(images(MIXED_SIZES), patch_size=8, max_seq_len=64)
     other = naflex_batch(images(MIXED_SIZES[::-1], seed=3), patch_size=8, max_seq_len=64)
-    program = torch.onnx.export(model, (example["patches"], example["patch_coord"], example["patch_valid"]),
-                                dynamo=True, verbose=False)
+    program = torch.onnx.export(
+        model, (example["patches"], example["patch_coord"], example["patch_valid"]), dynamo=True, verbose=False
+    )
     session = onnxruntime.InferenceSession(program.model_proto.SerializeToString())
     names = [i.name for i in session.get_inputs()]
-    (got,) = session.run(None, dict(zip(names, (other["patches"].numpy(), other["patch_coord"].numpy(),
-                                                 other["patch_valid"].numpy()))))
+    (got,) = session.run(
+        None,
+        dict(
+            zip(
+                names,
+                (other["patches"].numpy(), other["patch_coord"].numpy(), other["patch_valid"].numpy()),
+                strict=False,
+            )
+        ),
+    )
     with torch.no_grad():
         assert abs(torch.from_numpy(got) - model(other)).max() <= 1e-5

@@ -1,14 +1,15 @@
 """Pretrained weights that cannot be fetched: one clear error naming the tag, the source, the cache path
 and how to provide the file; no real network (a closed loopback port, HF_HUB_OFFLINE=1)."""
+
 import pytest
 import timm
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
+from tests.support.hub_fixtures import refused_endpoint
+from tests.support.pretrained_caches import offline_caches
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import PretrainedWeightsUnavailable
 from timm_vitscratch.models.variants import register_hub_weights, unregister_hub_weights
-from tests.support.hub_fixtures import refused_endpoint
-from tests.support.pretrained_caches import offline_caches
 
 HUB_TAGS = {  # tag -> (repo, file the tag's weights are)
     "scratch_vit_b16.augreg2_in21k_ft_in1k": ("timm/vit_base_patch16_224.augreg2_in21k_ft_in1k", "model.safetensors"),
@@ -30,9 +31,11 @@ def test_hub_tag_offline_names_tag_repo_cache_and_remedy(tag, tmp_path, monkeypa
         timm.create_model(tag, pretrained=True)
     message = str(caught.value)
     cache = tmp_path / "hf" / "hub" / ("models--" + repo.replace("/", "--"))
-    assert message.startswith(f"cannot load the pretrained weights of {tag!r} from the Hugging Face Hub repo {repo} "
-                              f"(file {file}): HF_HUB_OFFLINE=1 is set, so nothing is downloaded, and the Hugging "
-                              f"Face cache has no copy in {cache}."), message
+    assert message.startswith(
+        f"cannot load the pretrained weights of {tag!r} from the Hugging Face Hub repo {repo} "
+        f"(file {file}): HF_HUB_OFFLINE=1 is set, so nothing is downloaded, and the Hugging "
+        f"Face cache has no copy in {cache}."
+    ), message
     assert f"`hf download {repo} {file}`" in message and "Set HF_HUB_OFFLINE=1" not in message
     _common_advice(message, file)
     assert isinstance(caught.value, OSError)  # callers catching download failures still catch it
@@ -47,8 +50,9 @@ def test_url_tag_without_network_names_the_url_and_torch_cache_path(tmp_path, mo
             timm.create_model(TV_TAG, pretrained=True, pretrained_cfg_overlay=dict(url=url))
     message = str(caught.value)
     cached = tmp_path / "torch" / "hub" / "checkpoints" / TV_FILE
-    assert message.startswith(f"cannot load the pretrained weights of {TV_TAG!r} from {url}: the download failed "
-                              f"(ConnectionRefusedError: "), message
+    assert message.startswith(
+        f"cannot load the pretrained weights of {TV_TAG!r} from {url}: the download failed (ConnectionRefusedError: "
+    ), message
     assert f"torch's cache has no copy at {cached}" in message and f"put the file at {cached}" in message
     assert message.endswith("Set HF_HUB_OFFLINE=1 to fail at once instead of waiting for the network.")
     _common_advice(message, TV_FILE)
@@ -83,7 +87,9 @@ def test_cli_push_of_a_tag_names_the_tags_source_not_the_target_repo(tmp_path, m
     offline_caches(tmp_path, monkeypatch)
     assert cli_main(["push", "scratch_vit_ti16.augreg_in21k_ft_in1k", "me/x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("vitscratch: error: cannot load the pretrained weights of "
-                          "'scratch_vit_ti16.augreg_in21k_ft_in1k' from the Hugging Face Hub repo "
-                          "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"), err
+    assert err.startswith(
+        "vitscratch: error: cannot load the pretrained weights of "
+        "'scratch_vit_ti16.augreg_in21k_ft_in1k' from the Hugging Face Hub repo "
+        "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+    ), err
     assert "me/x" not in err and len(err.strip().splitlines()) == 1

@@ -5,6 +5,7 @@ and under the key names the source publishes, laid where a download would put it
 cache with ``HF_HUB_OFFLINE=1``; ``$TORCH_HOME/hub/checkpoints/<file from the URL>``), and
 ``timm.create_model(TAG, pretrained=True)`` must give the source model's outputs and preprocessing.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ from tests.support.pretrained_caches import lay_in_hf_cache, lay_in_torch_cache,
 from tests.support.sources import TOL, batch, hf_legacy_state_dict, logits, max_diff, randomized
 
 #: google/vit-*-in21k's preprocessor_config.json, byte for byte as the repos hold it
-GOOGLE_PREPROCESSOR = '{"do_normalize": true, "do_resize": true, "image_mean": [0.5, 0.5, 0.5], ' \
-                      '"image_std": [0.5, 0.5, 0.5], "size": 224}'
+GOOGLE_PREPROCESSOR = (
+    '{"do_normalize": true, "do_resize": true, "image_mean": [0.5, 0.5, 0.5], '
+    '"image_std": [0.5, 0.5, 0.5], "size": 224}'
+)
 
 
 @pytest.fixture
@@ -38,14 +41,20 @@ def assert_timm_preprocessing(ours, timm_name: str):
     assert resolve_data_config({}, model=ours) == resolve_data_config({}, model=reference)
 
 
-@pytest.mark.parametrize("tag, timm_name", [
-    ("scratch_vit_ti16.augreg_in21k_ft_in1k", "vit_tiny_patch16_224.augreg_in21k_ft_in1k"),
-    ("scratch_deit_ti16_distilled.fb_in1k", "deit_tiny_distilled_patch16_224.fb_in1k"),
-])
+@pytest.mark.parametrize(
+    "tag, timm_name",
+    [
+        ("scratch_vit_ti16.augreg_in21k_ft_in1k", "vit_tiny_patch16_224.augreg_in21k_ft_in1k"),
+        ("scratch_deit_ti16_distilled.fb_in1k", "deit_tiny_distilled_patch16_224.fb_in1k"),
+    ],
+)
 def test_timm_repo_tag_loads_timm_weights(offline_caches, tag, timm_name):
     source = randomized(lambda: timm.create_model(timm_name.split(".")[0]))
-    lay_in_hf_cache(offline_caches, get_pretrained_cfg(timm_name).hf_hub_id,
-                    {"model.safetensors": save_safetensors(source.state_dict())})
+    lay_in_hf_cache(
+        offline_caches,
+        get_pretrained_cfg(timm_name).hf_hub_id,
+        {"model.safetensors": save_safetensors(source.state_dict())},
+    )
     model = timm.create_model(tag, pretrained=True).eval()
     x = batch(224, n=1)
     assert max_diff(logits(model, x), logits(source, x)) <= TOL
@@ -78,11 +87,15 @@ def test_google_in21k_repo_tag_loads_the_pooler(offline_caches):
     tag, repo_id = "scratch_vit_b32_in21k.google_in21k", "google/vit-base-patch32-224-in21k"
     config = transformers.ViTConfig(patch_size=32)  # Google's base config: 768 wide, 12 layers and heads
     source = randomized(lambda: transformers.ViTModel(config, add_pooling_layer=True))
-    lay_in_hf_cache(offline_caches, repo_id, {
-        "model.safetensors": save_safetensors(hf_legacy_state_dict(source)),
-        "config.json": lambda p: p.write_text(json.dumps({**config.to_dict(), "architectures": ["ViTModel"]})),
-        "preprocessor_config.json": lambda p: p.write_text(GOOGLE_PREPROCESSOR),
-    })
+    lay_in_hf_cache(
+        offline_caches,
+        repo_id,
+        {
+            "model.safetensors": save_safetensors(hf_legacy_state_dict(source)),
+            "config.json": lambda p: p.write_text(json.dumps({**config.to_dict(), "architectures": ["ViTModel"]})),
+            "preprocessor_config.json": lambda p: p.write_text(GOOGLE_PREPROCESSOR),
+        },
+    )
     model = timm.create_model(tag, pretrained=True).eval()
     x = batch(224, n=1)
     with torch.no_grad():

@@ -7,6 +7,7 @@ and ``validate.py --model TAG --pretrained --no-prefetcher``. The tag's weights 
 ``vit_tiny_patch16_224`` laid into an offline Hugging Face cache; timm's own model for the same tag,
 through the same calls, is the reference.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,9 @@ def source(tmp_path, monkeypatch):
     """timm's ViT-Ti (random weights) published under the tag's repo, offline."""
     offline_caches(tmp_path, monkeypatch)
     model = randomized(lambda: timm.create_model("vit_tiny_patch16_224"))
-    lay_in_hf_cache(tmp_path, get_pretrained_cfg(TIMM_TAG).hf_hub_id,
-                    {"model.safetensors": save_safetensors(model.state_dict())})
+    lay_in_hf_cache(
+        tmp_path, get_pretrained_cfg(TIMM_TAG).hf_hub_id, {"model.safetensors": save_safetensors(model.state_dict())}
+    )
     return model.eval()
 
 
@@ -51,17 +53,37 @@ def image_root(tmp_path):
 
 def script_model(name: str, **args):
     """``create_model`` with the keywords train.py / validate.py pass (None = the script's default)."""
-    return timm.create_model(name, pretrained=True, in_chans=3, drop_rate=0.0, drop_path_rate=None,
-                             drop_block_rate=None, global_pool=None, bn_momentum=None, bn_eps=None,
-                             scriptable=False, checkpoint_path=None, **args)
+    return timm.create_model(
+        name,
+        pretrained=True,
+        in_chans=3,
+        drop_rate=0.0,
+        drop_path_rate=None,
+        drop_block_rate=None,
+        global_pool=None,
+        bn_momentum=None,
+        bn_eps=None,
+        scriptable=False,
+        checkpoint_path=None,
+        **args,
+    )
 
 
 def script_loader(root, split: str, data_config, is_training: bool):
     dataset = create_dataset("", root=str(root), split=split, is_training=is_training, batch_size=4)
-    return create_loader(dataset, input_size=data_config["input_size"], batch_size=4, is_training=is_training,
-                         use_prefetcher=False, interpolation=data_config["interpolation"],
-                         mean=data_config["mean"], std=data_config["std"], num_workers=0,
-                         crop_pct=data_config["crop_pct"], crop_mode=data_config["crop_mode"])
+    return create_loader(
+        dataset,
+        input_size=data_config["input_size"],
+        batch_size=4,
+        is_training=is_training,
+        use_prefetcher=False,
+        interpolation=data_config["interpolation"],
+        mean=data_config["mean"],
+        std=data_config["std"],
+        num_workers=0,
+        crop_pct=data_config["crop_pct"],
+        crop_mode=data_config["crop_mode"],
+    )
 
 
 def test_train_py_pretrained_fine_tunes_from_the_tags_weights(source, image_root):

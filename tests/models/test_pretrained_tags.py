@@ -1,5 +1,6 @@
 """The tag table against the sources' own registries: every variant has weights, every id / URL is real,
 and each tag's architecture matches the weights it points at (checked on the meta device)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,7 +14,11 @@ from timm.models import get_pretrained_cfg
 
 import timm_vitscratch  # noqa: F401  (registers the zoo)
 from timm_vitscratch.models.pretrained import (
-    TIMM_TAGS, TORCHVISION_TAGS, TRANSFORMERS_REPOS, pretrained_tags, source_of,
+    TIMM_TAGS,
+    TORCHVISION_TAGS,
+    TRANSFORMERS_REPOS,
+    pretrained_tags,
+    source_of,
 )
 from timm_vitscratch.models.variants import ARCHITECTURES
 
@@ -44,7 +49,9 @@ def test_timm_tag_is_timms_repo_and_preprocessing(tag):
     with torch.device("meta"):
         reference = timm.create_model(TIMM_TAGS[tag])
         model = timm.create_model(tag)
-    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in reference.state_dict().items()}
+    assert {k: v.shape for k, v in model.state_dict().items()} == {
+        k: v.shape for k, v in reference.state_dict().items()
+    }
 
 
 @pytest.mark.parametrize("tag", sorted(TORCHVISION_TAGS))
@@ -59,7 +66,8 @@ def test_torchvision_tag_is_the_weights_enum(tag):
     with torch.device("meta"):
         model = timm.create_model(tag)
         reference = getattr(torchvision.models, enum_name.replace("_Weights", "").lower())(
-            image_size=cfg.input_size[-1])
+            image_size=cfg.input_size[-1]
+        )
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters())
 
 
@@ -73,8 +81,13 @@ def test_transformers_tag_is_a_documented_google_repo(tag):
     assert cfg.hf_hub_id == repo_id and cfg.num_classes == 0
     size = repo_id.split("-")[1]
     width, depth, heads = {"base": (768, 12, 12), "large": (1024, 24, 16), "huge": (1280, 32, 16)}[size]
-    config = transformers.ViTConfig(hidden_size=width, num_hidden_layers=depth, num_attention_heads=heads,
-                                    intermediate_size=4 * width, patch_size=int(repo_id.split("patch")[1][:2]))
+    config = transformers.ViTConfig(
+        hidden_size=width,
+        num_hidden_layers=depth,
+        num_attention_heads=heads,
+        intermediate_size=4 * width,
+        patch_size=int(repo_id.split("patch")[1][:2]),
+    )
     with torch.device("meta"):
         model = timm.create_model(tag)
         reference = transformers.ViTModel(config, add_pooling_layer=True)
@@ -89,8 +102,12 @@ def test_source_of_names_each_tags_library():
 
 
 def test_list_pretrained_shows_every_tag_with_its_facts():
-    out = subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "list", "--pretrained"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "timm_vitscratch.cli", "list", "--pretrained"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
     assert set(rows) == set(pretrained_tags())
     tv = rows["scratch_vit_h14.tv_swag_e2e_in1k"]

@@ -5,6 +5,7 @@ attributes, the attention's ``fused_attn`` / ``q_norm`` / ``k_norm`` / ``attn_dr
 timm's own ``AttentionExtract`` (module hooks and FX nodes, the last block included); each against
 timm's model holding the same weights.
 """
+
 import pytest
 import torch
 from timm.layers import set_fused_attn as set_timm_default_fused_attn
@@ -15,12 +16,38 @@ from torch import nn
 from tests.support.timm_pairs import FAMILIES, SIZE, input_size, set_fused_attn, timm_pair
 
 TOL = 1e-5
-PATCH_EMBED_ATTRIBUTES = ("num_patches", "grid_size", "img_size", "patch_size", "dynamic_img_pad",
-                          "strict_img_size", "flatten", "output_fmt")
-MODEL_ATTRIBUTES = ("num_prefix_tokens", "has_class_token", "no_embed_class", "cls_token", "reg_token",
-                    "pos_embed", "pos_drop", "patch_drop", "norm_pre", "blocks", "norm", "fc_norm", "head_drop",
-                    "head", "attn_pool", "num_features", "embed_dim", "global_pool", "dynamic_img_size",
-                    "pool_include_prefix")
+PATCH_EMBED_ATTRIBUTES = (
+    "num_patches",
+    "grid_size",
+    "img_size",
+    "patch_size",
+    "dynamic_img_pad",
+    "strict_img_size",
+    "flatten",
+    "output_fmt",
+)
+MODEL_ATTRIBUTES = (
+    "num_prefix_tokens",
+    "has_class_token",
+    "no_embed_class",
+    "cls_token",
+    "reg_token",
+    "pos_embed",
+    "pos_drop",
+    "patch_drop",
+    "norm_pre",
+    "blocks",
+    "norm",
+    "fc_norm",
+    "head_drop",
+    "head",
+    "attn_pool",
+    "num_features",
+    "embed_dim",
+    "global_pool",
+    "dynamic_img_size",
+    "pool_include_prefix",
+)
 
 
 def assert_same_behaviour(name, theirs, mine, probe):
@@ -42,8 +69,9 @@ def assert_same_behaviour(name, theirs, mine, probe):
         assert out.shape == expected.shape and (out - expected).abs().max() <= TOL, name
 
 
-@pytest.mark.parametrize("options", [dict(), dict(dynamic_img_size=True), dict(dynamic_img_size=True,
-                                                                               dynamic_img_pad=True)])
+@pytest.mark.parametrize(
+    "options", [dict(), dict(dynamic_img_size=True), dict(dynamic_img_size=True, dynamic_img_pad=True)]
+)
 def test_patch_embed_layout_and_attributes(options):
     reference, ours = timm_pair("plain", **options)
     for name in PATCH_EMBED_ATTRIBUTES:
@@ -82,7 +110,7 @@ def test_model_attributes_behave_as_timms(family):
             continue
         probe = tokens[:, 0] if name in ("head", "fc_norm", "head_drop") else tokens
         if name == "attn_pool" and ours.attn_pool is not None:
-            probe = tokens[:, ours.num_prefix_tokens:]
+            probe = tokens[:, ours.num_prefix_tokens :]
         if family == "has_logits" and name == "head_drop":  # timm's runs the representation put back
             assert ours.head_drop.p == reference.head_drop.p
             continue
@@ -94,9 +122,9 @@ def test_model_attributes_behave_as_timms(family):
 def test_attention_attributes_behave_as_timms(family):
     reference, ours = timm_pair(family)
     queries = torch.randn(2, 4, 17, 16)
-    for theirs, mine in ((b.attn, o.attn) for b, o in zip(reference.blocks, ours.blocks)):
+    for theirs, mine in ((b.attn, o.attn) for b, o in zip(reference.blocks, ours.blocks, strict=False)):
         assert mine.fused_attn is theirs.fused_attn is use_fused_attn()
-        assert mine.scale == theirs.scale == 16 ** -0.5
+        assert mine.scale == theirs.scale == 16**-0.5
         for name in ("q_norm", "k_norm", "attn_drop"):
             assert_same_behaviour(name, getattr(theirs, name), getattr(mine, name), queries)
 
@@ -111,7 +139,8 @@ def test_fused_attn_switch_per_module_as_in_timm():
         seen[label] = [None, None]
         for index, block in enumerate(model.blocks):
             block.attn.attn_drop.register_forward_hook(
-                lambda _m, _i, out, index=index, label=label: seen[label].__setitem__(index, out))
+                lambda _m, _i, out, index=index, label=label: seen[label].__setitem__(index, out)
+            )
         with torch.no_grad():
             model(x)
     assert seen["ours"][0] is None and seen["timm"][0] is None

@@ -1,6 +1,7 @@
 """timm's VisionTransformer contract beyond the logits: dropout wiring, reset/resize keeping the model's
 state, scripting, the fused-attention switch, weight-init schemes, the MLP activation and norm layer
 (act_layer / norm_layer) and the pooled-token forward switch."""
+
 from functools import partial
 from pathlib import Path
 
@@ -12,10 +13,9 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 from torch import nn
 
 import timm_vitscratch
+from tests.support import tiny
 from timm_vitscratch import VisionTransformer
 from timm_vitscratch.models.vision_transformer import OWN_TENSORS
-
-from tests.support import tiny
 
 SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=5)
 
@@ -33,11 +33,20 @@ def _dropout_rates(model: nn.Module) -> dict:
     return rates
 
 
-@pytest.mark.parametrize("options", [
-    dict(drop_rate=0.1, pos_drop_rate=0.2, proj_drop_rate=0.3, attn_drop_rate=0.4, patch_drop_rate=0.5,
-         drop_path_rate=0.25),
-    dict(drop_rate=0.3, patch_drop_rate=0.25, reg_tokens=2),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(
+            drop_rate=0.1,
+            pos_drop_rate=0.2,
+            proj_drop_rate=0.3,
+            attn_drop_rate=0.4,
+            patch_drop_rate=0.5,
+            drop_path_rate=0.25,
+        ),
+        dict(drop_rate=0.3, patch_drop_rate=0.25, reg_tokens=2),
+    ],
+)
 def test_dropout_rates_equal_timms(options):
     theirs = _dropout_rates(TimmViT(**SMALL, **options))
     ours = _dropout_rates(VisionTransformer(**SMALL, **options))
@@ -123,10 +132,16 @@ def test_dynamic_size_equals_a_model_resized_to_the_input():
         tiny()(torch.randn(1, 3, 40, 32))
 
 
-@pytest.mark.parametrize("options", [dict(), dict(distilled=True), dict(reg_tokens=2, init_values=0.1,
-                                     no_embed_class=True, qk_norm=True, dynamic_img_size=True),
-                                     dict(global_pool="map", pre_norm=True, act_layer="quick_gelu"),
-                                     dict(pos_embed="sincos")])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(distilled=True),
+        dict(reg_tokens=2, init_values=0.1, no_embed_class=True, qk_norm=True, dynamic_img_size=True),
+        dict(global_pool="map", pre_norm=True, act_layer="quick_gelu"),
+        dict(pos_embed="sincos"),
+    ],
+)
 def test_torchscript_equals_eager(options):
     model = VisionTransformer(**SMALL, **options).eval()
     scripted = torch.jit.script(model)
@@ -167,8 +182,17 @@ def test_weight_init_schemes():
 
 
 def test_variants_accept_timm_options_through_create_model():
-    model = timm.create_model("scratch_vit_ti16", img_size=32, depth=2, reg_tokens=4, init_values=1e-5,
-                              no_embed_class=True, dynamic_img_size=True, global_pool="avg", drop_rate=0.1)
+    model = timm.create_model(
+        "scratch_vit_ti16",
+        img_size=32,
+        depth=2,
+        reg_tokens=4,
+        init_values=1e-5,
+        no_embed_class=True,
+        dynamic_img_size=True,
+        global_pool="avg",
+        drop_rate=0.1,
+    )
     assert model.reg_token.shape == (1, 4, 192) and model.pos_embed.shape == (1, 4, 192)
     assert isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.LayerNorm)
     assert model.eval()(torch.randn(1, 3, 48, 32)).shape == (1, 1000)
@@ -191,11 +215,14 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
 
-@pytest.mark.parametrize("family, options", [
-    ("clip_openai", CLIP_OPENAI),
-    ("siglip_map", dict(global_pool="map", class_token=False, act_layer="gelu_tanh")),  # MAP head's MLP too
-    ("module_class", dict(act_layer=nn.SiLU, norm_layer=nn.LayerNorm)),  # torch's LayerNorm: eps 1e-5
-])
+@pytest.mark.parametrize(
+    "family, options",
+    [
+        ("clip_openai", CLIP_OPENAI),
+        ("siglip_map", dict(global_pool="map", class_token=False, act_layer="gelu_tanh")),  # MAP head's MLP too
+        ("module_class", dict(act_layer=nn.SiLU, norm_layer=nn.LayerNorm)),  # torch's LayerNorm: eps 1e-5
+    ],
+)
 def test_act_and_norm_layer_load_strict_and_match_timm(family, options):
     torch.manual_seed(0)
     reference = _perturbed(TimmViT(**TI_WIDTH, **options))
@@ -206,37 +233,50 @@ def test_act_and_norm_layer_load_strict_and_match_timm(family, options):
         assert _max_diff(ours(x), reference(x)) <= 1e-5, family
         # the options matter: the same weights under the defaults (GELU, eps 1e-6) give other logits
         # (tanh-approximate GELU is the closest: about 5e-4 apart here)
-        default = VisionTransformer(**TI_WIDTH, **{k: v for k, v in options.items()
-                                                   if k not in ("act_layer", "norm_layer")}).eval()
+        default = VisionTransformer(
+            **TI_WIDTH, **{k: v for k, v in options.items() if k not in ("act_layer", "norm_layer")}
+        ).eval()
         default.load_state_dict(reference.state_dict())
         assert _max_diff(default(x), reference(x)) > 1e-4  # ten times the tolerance
     assert type(ours.blocks[0].mlp.act) is type(reference.blocks[0].mlp.act)
-    assert {m.eps for m in ours.modules() if isinstance(m, nn.LayerNorm)} == \
-        {m.eps for m in reference.modules() if isinstance(m, nn.LayerNorm)}
+    assert {m.eps for m in ours.modules() if isinstance(m, nn.LayerNorm)} == {
+        m.eps for m in reference.modules() if isinstance(m, nn.LayerNorm)
+    }
 
 
 def test_create_model_takes_act_layer_and_matches_timms_clip_quickgelu():
     """timm's own vit_base_patch16_clip_quickgelu_224 (2 blocks, 64 px) loads into scratch_vit_b16 built with
     the same options through timm.create_model, and gives the same logits."""
-    reference = _perturbed(timm.create_model("vit_base_patch16_clip_quickgelu_224", img_size=64, depth=2,
-                                             num_classes=10))
-    ours = timm.create_model("scratch_vit_b16", img_size=64, depth=2, num_classes=10, act_layer="quick_gelu",
-                             pre_norm=True, norm_eps=1e-5).eval()
+    reference = _perturbed(
+        timm.create_model("vit_base_patch16_clip_quickgelu_224", img_size=64, depth=2, num_classes=10)
+    )
+    ours = timm.create_model(
+        "scratch_vit_b16", img_size=64, depth=2, num_classes=10, act_layer="quick_gelu", pre_norm=True, norm_eps=1e-5
+    ).eval()
     assert ours.load_state_dict(reference.state_dict(), strict=True)
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         assert _max_diff(ours(x), reference(x)) <= 1e-5
-    with_norm_layer = timm.create_model("scratch_vit_b16", img_size=64, depth=1, act_layer="quick_gelu",
-                                        pre_norm=True, norm_layer=CLIP_OPENAI["norm_layer"])
+    with_norm_layer = timm.create_model(
+        "scratch_vit_b16",
+        img_size=64,
+        depth=1,
+        act_layer="quick_gelu",
+        pre_norm=True,
+        norm_layer=CLIP_OPENAI["norm_layer"],
+    )
     assert with_norm_layer.norm_pre.eps == with_norm_layer.blocks[0].norm2.eps == 1e-5
 
 
-@pytest.mark.parametrize("options, match", [
-    (dict(act_layer="no_such_act"), "not an activation timm knows"),
-    (dict(act_layer=3), "activation name or a module class"),
-    (dict(norm_layer="rmsnorm"), "norm_layer must be a LayerNorm"),
-    (dict(norm_layer=partial(timm.layers.LayerNorm, eps=1e-5), norm_eps=1e-3), "pass one of them"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(act_layer="no_such_act"), "not an activation timm knows"),
+        (dict(act_layer=3), "activation name or a module class"),
+        (dict(norm_layer="rmsnorm"), "norm_layer must be a LayerNorm"),
+        (dict(norm_layer=partial(timm.layers.LayerNorm, eps=1e-5), norm_eps=1e-3), "pass one of them"),
+    ],
+)
 def test_act_and_norm_layer_errors(options, match):
     with pytest.raises(ValueError, match=match):
         VisionTransformer(**SMALL, **options)

@@ -1,4 +1,5 @@
 """Fixtures: the wheel built from this tree, a venv it is installed into, and an editable install."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,23 @@ from tests.support.environments import copy_project, env, expose_this_environmen
 def built_wheel(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     source = copy_project(work / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--wheel-dir", str(work / "dist"), str(source)], check=True, cwd=work)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--wheel-dir",
+            str(work / "dist"),
+            str(source),
+        ],
+        check=True,
+        cwd=work,
+    )
     return next((work / "dist").glob("timm_vitscratch-*.whl"))
 
 
@@ -22,8 +38,21 @@ def wheel_venv(tmp_path_factory, built_wheel) -> Path:
     """A venv where the wheel was installed by pip, before anything else was visible to it."""
     venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     python = new_venv(venv)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                    "--no-index", str(built_wheel)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(built_wheel),
+        ],
+        check=True,
+    )
     expose_this_environment(venv)
     return python
 
@@ -36,6 +65,21 @@ def editable_venv(tmp_path_factory) -> Path:
     venv = work / "venv"
     python = new_venv(venv)
     expose_this_environment(venv)  # pip and setuptools run inside the new venv
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "-e", str(source)], check=True, cwd=work, env=env())
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-e",
+            str(source),
+        ],
+        check=True,
+        cwd=work,
+        env=env(),
+    )
     return python

@@ -6,6 +6,7 @@ the project's build backend, installed by pip; or ``pip install -e``) and whose 
 import us. torch and timm come from this environment through a path-only ``.pth`` so that nothing
 is downloaded or reinstalled.
 """
+
 import importlib
 import json
 import subprocess
@@ -19,12 +20,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import timm_vitscratch_autoload as autoload
+from tests.support import tiny
+from tests.support.environments import env, run_python, site_packages
 from timm_vitscratch import ARCHITECTURES
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import WEIGHTS_NAME, model_config, write_config
 
-from tests.support import tiny
-from tests.support.environments import env, run_python, site_packages
 PTH_NAME = "timm_vitscratch_autoload.pth"
 SCRATCH_COUNT = len(ARCHITECTURES)
 
@@ -68,10 +69,15 @@ TARGET_PKG = {
 @pytest.mark.filterwarnings("error")
 def test_hook_imports_plugin_once_target_has_finished(fake_packages, monkeypatch):
     monkeypatch.delenv(autoload.DISABLE_ENV, raising=False)
-    fake_packages({**TARGET_PKG, "plugin_mod.py": """
+    fake_packages(
+        {
+            **TARGET_PKG,
+            "plugin_mod.py": """
         import tgt_pkg
         tgt_pkg.plugin_saw = tgt_pkg.DONE  # AttributeError if imported before the target finished
-    """})
+    """,
+        }
+    )
     autoload.install("tgt_pkg", "plugin_mod")
     hook = autoload.installed_hook("tgt_pkg")
     assert hook is not None and sys.meta_path[0] is hook
@@ -89,13 +95,17 @@ def test_hook_imports_plugin_once_target_has_finished(fake_packages, monkeypatch
 def test_explicit_plugin_import_first_runs_it_once(fake_packages, monkeypatch):
     """`import timm_vitscratch` before timm: the hook fires inside our own import and is a no-op."""
     monkeypatch.delenv(autoload.DISABLE_ENV, raising=False)
-    fake_packages({**TARGET_PKG, "plugin_mod.py": """
+    fake_packages(
+        {
+            **TARGET_PKG,
+            "plugin_mod.py": """
         import tgt_pkg
         tgt_pkg.__dict__.setdefault("runs", []).append("plugin")
-    """})
+    """,
+        }
+    )
     autoload.install("tgt_pkg", "plugin_mod")
     import plugin_mod  # noqa: F401
-
     import tgt_pkg
 
     assert tgt_pkg.runs == ["plugin"]
@@ -106,8 +116,11 @@ def test_broken_plugin_warns_and_target_still_imports(fake_packages, monkeypatch
     monkeypatch.delenv(autoload.DISABLE_ENV, raising=False)
     fake_packages({**TARGET_PKG, "plugin_mod.py": "raise RuntimeError('plugin is broken')\n"})
     autoload.install("tgt_pkg", "plugin_mod")
-    with pytest.warns(RuntimeWarning, match=r"plugin_mod is installed but could not register.*plugin is broken"
-                                            rf".*{autoload.DISABLE_ENV}=1"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"plugin_mod is installed but could not register.*plugin is broken"
+        rf".*{autoload.DISABLE_ENV}=1",
+    ):
         import tgt_pkg
     assert tgt_pkg.DONE
 
@@ -115,8 +128,12 @@ def test_broken_plugin_warns_and_target_still_imports(fake_packages, monkeypatch
 @pytest.mark.filterwarnings("error")
 def test_failed_target_import_leaves_hook_armed(fake_packages, monkeypatch):
     monkeypatch.delenv(autoload.DISABLE_ENV, raising=False)
-    fake_packages({"tgt_pkg/__init__.py": "raise ImportError('no torch here')\n",
-                   "plugin_mod.py": "raise AssertionError('must not run')\n"})
+    fake_packages(
+        {
+            "tgt_pkg/__init__.py": "raise ImportError('no torch here')\n",
+            "plugin_mod.py": "raise AssertionError('must not run')\n",
+        }
+    )
     autoload.install("tgt_pkg", "plugin_mod")
     with pytest.raises(ImportError, match="no torch here"):
         import tgt_pkg  # noqa: F401
@@ -198,23 +215,34 @@ def test_editable_install_bare_import_timm_sees_models(editable_venv, tmp_path):
 @pytest.mark.parametrize("venv", ["wheel_venv", "editable_venv"])
 def test_startup_imports_neither_torch_nor_timm(venv, request, tmp_path):
     python = request.getfixturevalue(venv)
-    result = subprocess.run([str(python), "-X", "importtime", "-c", "pass"], cwd=tmp_path, env=env(),
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [str(python), "-X", "importtime", "-c", "pass"],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     # "import time: self [us] | cumulative | name": our module must be there, importing nothing itself
-    rows = {cols[2].strip(): (cols[0].split(":")[1].strip(), cols[1].strip())
-            for cols in (line.split("|") for line in result.stderr.splitlines() if line.startswith("import time:"))}
+    rows = {
+        cols[2].strip(): (cols[0].split(":")[1].strip(), cols[1].strip())
+        for cols in (line.split("|") for line in result.stderr.splitlines() if line.startswith("import time:"))
+    }
     self_us, cumulative_us = rows["timm_vitscratch_autoload"]  # the .pth ran
     assert self_us == cumulative_us
     assert not {"torch", "timm", "timm_vitscratch"} & set(rows)
-    out = run_python(python, "import sys; print(*sorted(sys.modules)); print(*[type(f).__name__ for f in sys.meta_path])",
-                     tmp_path)
+    out = run_python(
+        python, "import sys; print(*sorted(sys.modules)); print(*[type(f).__name__ for f in sys.meta_path])", tmp_path
+    )
     modules, finders = (line.split() for line in out.splitlines())
     assert not [m for m in modules if m.split(".")[0] in ("torch", "timm", "timm_vitscratch")]
     assert finders[0] == "PostImportHook"  # armed for the first `import timm`
 
 
 def test_explicit_import_first_registers_once(wheel_venv, tmp_path):
-    out = run_python(wheel_venv, """
+    out = run_python(
+        wheel_venv,
+        """
 import json, sys, warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -222,7 +250,9 @@ with warnings.catch_warnings(record=True) as caught:
     import timm
 print(json.dumps({"n": len(timm.list_models("scratch_*")), "warnings": [str(w.message) for w in caught],
                   "meta_path": [type(f).__name__ for f in sys.meta_path]}))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     report = json.loads(out)
     assert report["n"] == SCRATCH_COUNT
     assert not [w for w in report["warnings"] if "Overwriting" in w or "timm_vitscratch" in w], report["warnings"]
@@ -230,7 +260,9 @@ print(json.dumps({"n": len(timm.list_models("scratch_*")), "warnings": [str(w.me
 
 
 def test_opt_out_hides_models_until_explicit_import(wheel_venv, tmp_path):
-    out = run_python(wheel_venv, """
+    out = run_python(
+        wheel_venv,
+        """
 import json, sys
 hooked = [type(f).__name__ for f in sys.meta_path]
 hook_module_loaded = "timm_vitscratch_autoload" in sys.modules
@@ -240,7 +272,10 @@ auto_imported = "timm_vitscratch" in sys.modules
 import timm_vitscratch
 print(json.dumps({"hooked": hooked, "hook_module_loaded": hook_module_loaded, "bare": bare, "auto_imported": auto_imported,
                   "explicit": len(timm.list_models("scratch_*"))}))
-""", tmp_path, **{autoload.DISABLE_ENV: "1"})
+""",
+        tmp_path,
+        **{autoload.DISABLE_ENV: "1"},
+    )
     report = json.loads(out)
     assert "PostImportHook" not in report["hooked"] and report["hook_module_loaded"] is False
     assert report["bare"] == [] and report["auto_imported"] is False
@@ -264,7 +299,9 @@ def test_hf_hub_model_loads_in_a_process_that_never_imports_us(wheel_venv, tmp_p
     _hub_cache_with(model, tmp_path / "hf" / "hub", "someone/scratch-tiny")
     x = torch.randn(2, 3, 32, 32)
     save_file({"x": x}, str(tmp_path / "x.safetensors"))
-    run_python(wheel_venv, """
+    run_python(
+        wheel_venv,
+        """
 import sys, torch
 from safetensors.torch import load_file, save_file
 torch.set_num_threads(1)
@@ -273,7 +310,12 @@ model = timm.create_model("hf-hub:someone/scratch-tiny", pretrained=True).eval()
 assert "timm_vitscratch" in type(model).__module__, type(model)
 with torch.no_grad():
     save_file({"logits": model(load_file("x.safetensors")["x"])}, "logits.safetensors")
-""", tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), HF_HUB_CACHE=str(tmp_path / "hf" / "hub"))
+""",
+        tmp_path,
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_CACHE=str(tmp_path / "hf" / "hub"),
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -1,4 +1,5 @@
 """The benchmark entry point runs end to end and writes its JSON, Markdown and plot (no timing checks)."""
+
 import importlib.util
 import json
 import subprocess
@@ -10,12 +11,45 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "run.py"),
-        "--measure", "infer", "train", "memory", "create", "pretrained",
-        "--variants", "ti16", "--pretrained-variants", "ti16", "--contestants", "ours", "ours-pooled", "timm",
-        "--batch-sizes", "1", "2", "--train-batch-sizes", "2", "--repeats", "1", "--create-repeats", "1",
-        "--warmup", "0", "--min-time", "0", "--matmul-size", "256", "--out", str(tmp_path), "--name", "smoke",
-        "--threads", "1", "--clock", "cpu",
+        sys.executable,
+        str(ROOT / "benchmarks" / "run.py"),
+        "--measure",
+        "infer",
+        "train",
+        "memory",
+        "create",
+        "pretrained",
+        "--variants",
+        "ti16",
+        "--pretrained-variants",
+        "ti16",
+        "--contestants",
+        "ours",
+        "ours-pooled",
+        "timm",
+        "--batch-sizes",
+        "1",
+        "2",
+        "--train-batch-sizes",
+        "2",
+        "--repeats",
+        "1",
+        "--create-repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--min-time",
+        "0",
+        "--matmul-size",
+        "256",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "smoke",
+        "--threads",
+        "1",
+        "--clock",
+        "cpu",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -41,9 +75,30 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     assert result["machine"]["threads"] == 1 and result["machine"]["clock"] == "cpu" and result["machine"]["torch"]
     assert "timed by the CPU time the process used" in table
     # a second bounded run appends to the same report, keeping both runs' dates and loads
-    again = command[:2] + ["--measure", "create", "--variants", "ti16", "--contestants", "ours", "timm",
-                           "--repeats", "1", "--create-repeats", "1", "--warmup", "0", "--out", str(tmp_path),
-                           "--name", "smoke", "--append", "--threads", "1", "--clock", "cpu"]
+    again = command[:2] + [
+        "--measure",
+        "create",
+        "--variants",
+        "ti16",
+        "--contestants",
+        "ours",
+        "timm",
+        "--repeats",
+        "1",
+        "--create-repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "smoke",
+        "--append",
+        "--threads",
+        "1",
+        "--clock",
+        "cpu",
+    ]
     done = subprocess.run(again, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     merged = json.loads((tmp_path / "smoke.json").read_text())
@@ -70,6 +125,10 @@ def test_a_run_writes_a_new_file_by_default_and_quick_is_small():
 
 def test_cpu_clock_needs_one_thread():
     """CPU time of several threads would count their spin-waiting: the CPU clock takes one thread."""
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--clock", "cpu", "--threads", "2"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--clock", "cpu", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "use it with --device cpu --threads 1" in done.stderr

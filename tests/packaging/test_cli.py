@@ -1,4 +1,5 @@
 """The vitscratch console script."""
+
 import subprocess
 import sys
 
@@ -21,8 +22,9 @@ def test_list_has_every_variant_and_torchvision_agrees(capsys):
 
 
 def test_unknown_model_suggests_close_names():
-    result = subprocess.run([sys.executable, "-m", "timm_vitscratch.cli", "summary", "scratch_vit_b61"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "timm_vitscratch.cli", "summary", "scratch_vit_b61"], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert "unknown model 'scratch_vit_b61'" in result.stderr and "scratch_vit_b16" in result.stderr
 
@@ -74,7 +76,9 @@ def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
     from timm_vitscratch.hub.model_dir import save_model_directory
 
     assert main(["summary", "scratch_vit_b16.tv_swag_e2e_in1k"]) == 0  # the tag's 384x384 input
-    assert capsys.readouterr().out.startswith("scratch_vit_b16.tv_swag_e2e_in1k: image 384x384, patch 16 -> 576 patches")
+    assert capsys.readouterr().out.startswith(
+        "scratch_vit_b16.tv_swag_e2e_in1k: image 384x384, patch 16 -> 576 patches"
+    )
     model = tiny(num_classes=3)
     directory = save_model_directory(model, tmp_path / "tiny")
     true_count = sum(p.numel() for p in model.parameters())
@@ -97,10 +101,24 @@ def test_summary_and_attention_take_hf_hub_models(hub_env, tmp_path, capsys):
     hub.push(model_dir(tmp_path / "src", model), "tests/cli-summary")
     assert main(["summary", "hf-hub:tests/cli-summary"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("hf-hub:tests/cli-summary: image 32x32") and f"{sum(p.numel() for p in model.parameters()):,}" in out
+    assert (
+        out.startswith("hf-hub:tests/cli-summary: image 32x32")
+        and f"{sum(p.numel() for p in model.parameters()):,}" in out
+    )
     Image.new("RGB", (40, 30), (200, 30, 30)).save(tmp_path / "red.png")
-    assert main(["attention", str(tmp_path / "red.png"), "--model", "hf-hub:tests/cli-summary",
-                 "--out", str(tmp_path / "red.attention.png")]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                str(tmp_path / "red.png"),
+                "--model",
+                "hf-hub:tests/cli-summary",
+                "--out",
+                str(tmp_path / "red.attention.png"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "red.attention.png").stat().st_size > 0
     assert main(["summary", "hf-hub:tests/no-such-repo"]) == 2
     assert "repository 'tests/no-such-repo' not found at" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 Test machinery (the local Hub-protocol server, fault injection) and the examples stay in the
 repository; the installed ``vitscratch`` offers only user commands.
 """
+
 import ast
 import subprocess
 import zipfile
@@ -10,8 +11,17 @@ import zipfile
 from tests.support.environments import env
 
 USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull"}
-TEST_MACHINERY = ("ThreadingHTTPServer", "BaseHTTPRequestHandler", "http.server", "Fault", "local_hub",
-                  "local Hub", "local test", "tests.support", "examples.")
+TEST_MACHINERY = (
+    "ThreadingHTTPServer",
+    "BaseHTTPRequestHandler",
+    "http.server",
+    "Fault",
+    "local_hub",
+    "local Hub",
+    "local test",
+    "tests.support",
+    "examples.",
+)
 
 
 def _python_sources(wheel_path):
@@ -21,8 +31,13 @@ def _python_sources(wheel_path):
 
 def test_wheel_has_the_user_packages_and_nothing_else(built_wheel):
     packages = {name.rsplit("/", 1)[0] for name in _python_sources(built_wheel) if "/" in name}
-    assert packages == {"timm_vitscratch", "timm_vitscratch/models", "timm_vitscratch/convert",
-                        "timm_vitscratch/hub", "timm_vitscratch/inspect"}
+    assert packages == {
+        "timm_vitscratch",
+        "timm_vitscratch/models",
+        "timm_vitscratch/convert",
+        "timm_vitscratch/hub",
+        "timm_vitscratch/inspect",
+    }
 
 
 def test_no_server_or_fault_injection_code_and_no_message_about_test_machinery(built_wheel):
@@ -39,8 +54,13 @@ def test_installed_cli_lists_only_user_commands(wheel_venv, tmp_path):
     listed = result.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
     assert set(listed) == USER_COMMANDS
     # the installed script parses without torch or timm: -X importtime lists every module it imported
-    timed = subprocess.run([str(wheel_venv), "-X", "importtime", str(script), "convert", "--help"], cwd=tmp_path,
-                           env=env(), capture_output=True, text=True)
+    timed = subprocess.run(
+        [str(wheel_venv), "-X", "importtime", str(script), "convert", "--help"],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
     imported = {line.split("|")[-1].strip() for line in timed.stderr.splitlines() if line.startswith("import time:")}
     assert timed.returncode == 0 and "timm_vitscratch_cli" in imported
     assert not imported & {"torch", "timm", "timm_vitscratch"}, sorted(imported & {"torch", "timm", "timm_vitscratch"})

@@ -2,6 +2,7 @@
 
 Importable as ``tests.support`` (pytest puts the repository root on ``sys.path``).
 """
+
 import timm
 
 import timm_vitscratch  # noqa: F401  (registers the scratch_* models)

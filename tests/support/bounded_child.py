@@ -5,6 +5,7 @@ The child imports what it needs first, then caps its address space at what it al
 never in a machine out of memory. It prints one JSON line: outcome, error type and message, seconds,
 and how much its peak resident memory grew.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ a write does between them, such as the bytes of a file, lies inside a step's sta
 child is killed ``before`` the call, or, for an ``rmtree``, ``midway`` (after one file of the tree is gone).
 A fork, not a fresh interpreter: the child has everything imported already.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,23 @@ import select
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, List, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 from timm_vitscratch import install
 
-WRAPPED = ((os, "mkdir"), (os, "replace"), (os, "rename"), (os, "link"), (shutil, "rmtree"),
-           (install, "rename_exchange"))
+WRAPPED = (
+    (os, "mkdir"),
+    (os, "replace"),
+    (os, "rename"),
+    (os, "link"),
+    (shutil, "rmtree"),
+    (install, "rename_exchange"),
+)
 
 
-def run_in_child(action: Callable[[], str], timeout: float = 300.0) -> Tuple[Optional[int], str]:
+def run_in_child(action: Callable[[], str], timeout: float = 300.0) -> tuple[int | None, str]:
     """Fork a child (one torch thread: a thread pool does not survive a fork) that runs ``action()``; returns its
     exit code (None when it was killed for running past ``timeout``) and the text ``action`` returned."""
     read_end, write_end = os.pipe()
@@ -52,7 +60,7 @@ def run_in_child(action: Callable[[], str], timeout: float = 300.0) -> Tuple[Opt
     return (None if output is None else os.waitstatus_to_exitcode(status)), output or ""
 
 
-def _read_all(fd: int, timeout: float) -> Optional[str]:
+def _read_all(fd: int, timeout: float) -> str | None:
     """Everything written to the pipe ``fd`` until its writer closes it, or None after ``timeout`` seconds."""
     chunks, deadline = [], time.monotonic() + timeout
     try:
@@ -69,12 +77,12 @@ def _read_all(fd: int, timeout: float) -> Optional[str]:
 
 
 class Run(NamedTuple):
-    steps: List[str]  # the steps the child announced, the last one being where it was killed
+    steps: list[str]  # the steps the child announced, the last one being where it was killed
     killed: bool
-    exit_code: Optional[int]
+    exit_code: int | None
 
 
-def _shown(value: object, work: Path) -> Optional[str]:
+def _shown(value: object, work: Path) -> str | None:
     """A path inside ``work``, as the step table shows it (the staging names' pid and random part elided)."""
     if isinstance(value, (str, os.PathLike)):
         path = Path(value)
@@ -83,8 +91,9 @@ def _shown(value: object, work: Path) -> Optional[str]:
     return None
 
 
-def run_killed_at(work: Path, action: Callable[[], None], step: Optional[int] = None, midway: bool = False,
-                  exchange: bool = True) -> Run:
+def run_killed_at(
+    work: Path, action: Callable[[], None], step: int | None = None, midway: bool = False, exchange: bool = True
+) -> Run:
     """Fork a child that runs ``action()`` and is SIGKILLed before its ``step``-th step (1-based; None: never).
 
     ``exchange=False`` makes the child use the two-rename install of systems without ``RENAME_EXCHANGE``.

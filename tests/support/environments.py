@@ -1,4 +1,5 @@
 """Fresh virtual environments for packaging tests: the project as users install it, torch and timm borrowed."""
+
 import os
 import shutil
 import subprocess
@@ -12,10 +13,18 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 def copy_project(dest: Path) -> Path:
     """The project's sources without build outputs, virtual environments or VCS data."""
+
     def ignore(directory, names):
-        skipped = {name for name in names if name.startswith(".") or name in {"build", "dist", "__pycache__"}
-                   or name.endswith(".egg-info") or Path(directory, name, "pyvenv.cfg").exists()}
+        skipped = {
+            name
+            for name in names
+            if name.startswith(".")
+            or name in {"build", "dist", "__pycache__"}
+            or name.endswith(".egg-info")
+            or Path(directory, name, "pyvenv.cfg").exists()
+        }
         return skipped
+
     shutil.copytree(PROJECT, dest, ignore=ignore)
     return dest
 

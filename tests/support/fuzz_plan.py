@@ -1,5 +1,6 @@
 """How many cases each fuzzed surface runs: one table, read by the fuzz tests (which assert that exactly
 this many ran) and printed for docs/guarantees.md by ``python -m tests.support.fuzz_plan``."""
+
 from __future__ import annotations
 
 #: surface -> cases per run (deterministic: hypothesis with derandomize=True, or an exhaustive list)

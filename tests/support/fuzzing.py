@@ -5,6 +5,7 @@ the file or, more often, inside its structure (safetensors header, zip headers a
 pickles), where a reader's parsing happens; flips in tensor data only change values.
 Every run is deterministic (``derandomize=True``, no example database) and bounded (``max_examples``).
 """
+
 from __future__ import annotations
 
 import collections
@@ -18,30 +19,34 @@ import tempfile
 import threading
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 WORKER_SCRIPT = Path(__file__).with_name("loader_worker.py")
-Span = Tuple[int, int]
+Span = tuple[int, int]
 
 #: cases run per fuzz test, by test name (printed at the end of the session by conftest.py)
-CASES: Dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+CASES: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
 
 def fuzz_settings(max_examples: int) -> settings:
-    return settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
 
 
 # --- where a file's structure is -------------------------------------------------------------------
-def safetensors_structure(data: bytes) -> List[Span]:
+def safetensors_structure(data: bytes) -> list[Span]:
     return [(0, 8 + struct.unpack("<Q", data[:8])[0])]
 
 
-def zip_structure(path: Path, member_prefix: int = 160) -> List[Span]:
+def zip_structure(path: Path, member_prefix: int = 160) -> list[Span]:
     """Each member's local header (and the first bytes of its data: .npy headers), the pickle member
     of a torch.save zip whole, and the central directory."""
     with zipfile.ZipFile(path) as archive:
@@ -56,7 +61,7 @@ def zip_structure(path: Path, member_prefix: int = 160) -> List[Span]:
     return [(a, min(b, size)) for a, b in spans if a < size]
 
 
-def whole(data: bytes) -> List[Span]:
+def whole(data: bytes) -> list[Span]:
     return [(0, len(data))]
 
 
@@ -72,8 +77,9 @@ class Damage:
 
 
 @st.composite
-def damaged(draw: Any, data: bytes, structure: List[Span]) -> Damage:
+def damaged(draw: Any, data: bytes, structure: list[Span]) -> Damage:
     """A damaged copy of ``data``: up to four byte edits, and a truncation (or only a truncation)."""
+
     def position() -> int:
         span = draw(st.sampled_from(structure)) if draw(st.integers(0, 3)) else (0, len(data))
         return draw(st.integers(span[0], span[1] - 1))
@@ -87,7 +93,7 @@ def damaged(draw: Any, data: bytes, structure: List[Span]) -> Damage:
             out[at] ^= 1 << bit
             steps.append(f"flip bit {bit} at {at}")
         else:
-            value = draw(st.integers(0, 255).filter(lambda v: v != out[at]))
+            value = draw(st.integers(0, 255).filter(lambda v, old=out[at]: v != old))
             out[at] = value
             steps.append(f"byte {at} = {value:#04x}")
     if not steps or draw(st.booleans()):
@@ -107,8 +113,8 @@ class LoaderProcess:
 
     def __init__(self, timeout: float = 60.0) -> None:
         self.timeout = timeout
-        self._proc: Optional[subprocess.Popen] = None
-        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._proc: subprocess.Popen | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
         self._start()
 
@@ -116,28 +122,33 @@ class LoaderProcess:
         self._lines = queue.Queue()
         self._stderr.seek(0)
         self._stderr.truncate()
-        self._proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                      env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self._proc = subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         threading.Thread(target=self._pump, args=(self._proc, self._lines), daemon=True).start()
         ready = self._next(120.0)
         assert ready is not None and ready.get("outcome") == "ready", f"loader process did not start: {ready}"
 
     @staticmethod
-    def _pump(proc: subprocess.Popen, lines: "queue.Queue[Optional[str]]") -> None:
+    def _pump(proc: subprocess.Popen, lines: queue.Queue[str | None]) -> None:
         for line in proc.stdout:
             if line.startswith("@@ "):
                 lines.put(line[3:])
         lines.put(None)  # the process is gone
 
-    def _next(self, timeout: float) -> Optional[Dict[str, Any]]:
+    def _next(self, timeout: float) -> dict[str, Any] | None:
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
             return {"outcome": "hang", "message": f"no answer within {timeout:.0f} s"}
         return None if line is None else json.loads(line)
 
-    def run(self, loader: str, path: Path, **extra: Any) -> Dict[str, Any]:
+    def run(self, loader: str, path: Path, **extra: Any) -> dict[str, Any]:
         self._proc.stdin.write(json.dumps({"loader": loader, "path": str(path), **extra}) + "\n")
         self._proc.stdin.flush()
         result = self._next(self.timeout)
@@ -162,7 +173,7 @@ class LoaderProcess:
         self._stderr.close()
 
 
-def check_outcome(result: Dict[str, Any], names: str, damage: str) -> str:
+def check_outcome(result: dict[str, Any], names: str, damage: str) -> str:
     """Assert a loader's answer is a load or one of our errors naming ``names``; returns the outcome."""
     outcome = result["outcome"]
     assert outcome in ("ok", "error"), f"{damage}: the loader's process reported {outcome}: {result}"

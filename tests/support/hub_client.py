@@ -10,6 +10,7 @@ Jobs: ``{"id", "kind": "logits", "model", "kwargs", "input", "output", "plugin"}
 ``logits`` (and the model's state dict under ``sd.<name>``) to ``output``;
 ``{"id", "kind": "register_tag", "model_tag", "repo_id"}``; ``{"id", "kind": "cli", "argv"}``.
 """
+
 import json
 import sys
 import traceback

@@ -5,6 +5,7 @@ Every client here is the real ``huggingface_hub`` (and timm): in this process th
 settings, which it reads from the environment once at import), in child processes through
 ``run_client`` with the same environment.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,22 +15,30 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any
 
 import pytest
 import torch
 from huggingface_hub import constants
 
-from timm_vitscratch.hub.model_dir import save_model_directory
-from tests.support.local_hub import LocalHub
-
 from tests.support import tiny
+from tests.support.local_hub import LocalHub
+from timm_vitscratch.hub.model_dir import save_model_directory
 
 TOKEN = "hf_local_test_token"
 CLIENT_SCRIPT = Path(__file__).with_name("hub_client.py")
-_ENV_KEYS = ("HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_DISABLE_XET", "HF_HUB_DISABLE_TELEMETRY",
-             "HF_HUB_DISABLE_PROGRESS_BARS", "HF_TOKEN", "HF_HUB_OFFLINE")
+_ENV_KEYS = (
+    "HF_ENDPOINT",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_DISABLE_XET",
+    "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+    "HF_TOKEN",
+    "HF_HUB_OFFLINE",
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +48,9 @@ def local_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
         yield hub
 
 
-def use_hub(monkeypatch: pytest.MonkeyPatch, endpoint: str, hf_home: Path, token: Optional[str] = TOKEN,
-            offline: bool = False) -> Dict[str, str]:
+def use_hub(
+    monkeypatch: pytest.MonkeyPatch, endpoint: str, hf_home: Path, token: str | None = TOKEN, offline: bool = False
+) -> dict[str, str]:
     """Point this process's ``huggingface_hub`` (and child processes) at ``endpoint``, caching under ``hf_home``."""
     env = LocalHub.client_env_for(endpoint, hf_home, token)
     if offline:
@@ -51,12 +61,18 @@ def use_hub(monkeypatch: pytest.MonkeyPatch, endpoint: str, hf_home: Path, token
         monkeypatch.setenv(key, value)
     hf_home = Path(hf_home)
     settings = dict(
-        ENDPOINT=endpoint, HUGGINGFACE_CO_URL_TEMPLATE=endpoint + "/{repo_id}/resolve/{revision}/{filename}",
-        HF_HOME=str(hf_home), HF_HUB_CACHE=str(hf_home / "hub"), HF_ASSETS_CACHE=str(hf_home / "assets"),
-        HF_XET_CACHE=str(hf_home / "xet"), HF_TOKEN_PATH=str(hf_home / "token"),
+        ENDPOINT=endpoint,
+        HUGGINGFACE_CO_URL_TEMPLATE=endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+        HF_HOME=str(hf_home),
+        HF_HUB_CACHE=str(hf_home / "hub"),
+        HF_ASSETS_CACHE=str(hf_home / "assets"),
+        HF_XET_CACHE=str(hf_home / "xet"),
+        HF_TOKEN_PATH=str(hf_home / "token"),
         HF_STORED_TOKENS_PATH=str(hf_home / "stored_tokens"),
         AGENT_HARNESSES_PATH=str(hf_home / ".agent_harnesses.json"),
-        HF_HUB_OFFLINE=offline, HF_HUB_DISABLE_XET=True, HF_HUB_DISABLE_TELEMETRY=True,
+        HF_HUB_OFFLINE=offline,
+        HF_HUB_DISABLE_XET=True,
+        HF_HUB_DISABLE_TELEMETRY=True,
     )
     for name, value in settings.items():
         monkeypatch.setattr(constants, name, value)
@@ -64,7 +80,7 @@ def use_hub(monkeypatch: pytest.MonkeyPatch, endpoint: str, hf_home: Path, token
 
 
 @pytest.fixture
-def hub_env(local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, str]:
+def hub_env(local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """This test's client environment: the session's local Hub, a fresh cache, the write token."""
     return use_hub(monkeypatch, local_hub.url, tmp_path / "hf-home")
 
@@ -89,7 +105,7 @@ def upload_raw(directory: Path, repo: str) -> None:
     api.upload_folder(repo_id=repo, folder_path=directory)
 
 
-def tiny_variants() -> Dict[str, torch.nn.Module]:
+def tiny_variants() -> dict[str, torch.nn.Module]:
     """A plain, a has_logits (representation layer) and a distilled tiny model, in eval mode."""
     return {
         "plain": tiny("scratch_vit_ti16", num_classes=10).eval(),
@@ -114,12 +130,13 @@ def logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return model.eval()(x)
 
 
-def run_client(jobs: List[Dict[str, Any]], workdir: Path, env: Dict[str, str]) -> Dict[str, Any]:
+def run_client(jobs: list[dict[str, Any]], workdir: Path, env: dict[str, str]) -> dict[str, Any]:
     """Run ``hub_client.py`` (a fresh Python process) on ``jobs``; returns its results by job id."""
     spec = workdir / "jobs.json"
     spec.write_text(json.dumps(jobs))
-    result = subprocess.run([sys.executable, str(CLIENT_SCRIPT), str(spec)], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(CLIENT_SCRIPT), str(spec)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, f"client failed:\n{result.stdout}\n{result.stderr}"
     return json.loads((workdir / "results.json").read_text())
 

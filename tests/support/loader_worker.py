@@ -7,6 +7,7 @@ takes only this process down; the test sees it die or go quiet and reports the i
 loaders, ``limit_memory`` caps the process's address space (``RLIMIT_AS``) for the resource-bound tests,
 ``allocate`` shows that the cap bites, and ``timm_local_dir`` runs timm's own loader on a model directory.
 """
+
 import json
 import shutil
 import sys
@@ -14,14 +15,14 @@ import traceback
 import warnings
 from pathlib import Path
 
-warnings.filterwarnings("ignore")  # torch warns about odd pickle protocols in damaged files; answers go to stdout
+from timm_vitscratch.convert import convert
+from timm_vitscratch.convert.checkpoint import open_checkpoint
+from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
+from timm_vitscratch.files import sha256_file
+from timm_vitscratch.hub.client import check_model_directory
+from timm_vitscratch.hub.model_dir import read_config
 
-from timm_vitscratch.convert import convert  # noqa: E402
-from timm_vitscratch.convert.checkpoint import open_checkpoint  # noqa: E402
-from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError  # noqa: E402
-from timm_vitscratch.files import sha256_file  # noqa: E402
-from timm_vitscratch.hub.client import check_model_directory  # noqa: E402
-from timm_vitscratch.hub.model_dir import read_config  # noqa: E402
+warnings.filterwarnings("ignore")  # torch warns about odd pickle protocols in damaged files; answers go to stdout
 
 
 def load_checkpoint_file(path: Path, request: dict) -> dict:
@@ -31,8 +32,11 @@ def load_checkpoint_file(path: Path, request: dict) -> dict:
         for name in names:
             tensor = checkpoint.tensor(name)
             if tuple(tensor.shape) != checkpoint.shape(name) or tensor.dtype != checkpoint.dtype(name):
-                return {"outcome": "inconsistent", "message": f"{name}: read {tuple(tensor.shape)} {tensor.dtype}, "
-                        f"announced {checkpoint.shape(name)} {checkpoint.dtype(name)}"}
+                return {
+                    "outcome": "inconsistent",
+                    "message": f"{name}: read {tuple(tensor.shape)} {tensor.dtype}, "
+                    f"announced {checkpoint.shape(name)} {checkpoint.dtype(name)}",
+                }
     return {"outcome": "ok", "tensors": len(names)}
 
 
@@ -81,11 +85,15 @@ def timm_local_dir(path: Path, request: dict) -> dict:
     return {"outcome": "ok", "dtypes": dtypes}
 
 
-LOADERS = {"limit_memory": (limit_memory, ()), "allocate": (allocate, ()),
-           "timm_local_dir": (timm_local_dir, (ModelArgsError, ConversionError, ModelDirectoryError)),
-           "checkpoint": (load_checkpoint_file, ConversionError), "convert": (convert_file, ConversionError),
-           "read_config": (read_model_config, ModelDirectoryError),
-           "check_model_directory": (check_directory, ModelDirectoryError)}
+LOADERS = {
+    "limit_memory": (limit_memory, ()),
+    "allocate": (allocate, ()),
+    "timm_local_dir": (timm_local_dir, (ModelArgsError, ConversionError, ModelDirectoryError)),
+    "checkpoint": (load_checkpoint_file, ConversionError),
+    "convert": (convert_file, ConversionError),
+    "read_config": (read_model_config, ModelDirectoryError),
+    "check_model_directory": (check_directory, ModelDirectoryError),
+}
 
 
 def answer(request: dict) -> dict:
@@ -93,9 +101,13 @@ def answer(request: dict) -> dict:
     try:
         return run(Path(request["path"]), request)
     except Exception as error:
-        return {"outcome": "error", "type": f"{type(error).__module__}.{type(error).__qualname__}",
-                "ours": isinstance(error, ours), "message": str(error),
-                "traceback": "".join(traceback.format_exception(error))[-3000:]}
+        return {
+            "outcome": "error",
+            "type": f"{type(error).__module__}.{type(error).__qualname__}",
+            "ours": isinstance(error, ours),
+            "message": str(error),
+            "traceback": "".join(traceback.format_exception(error))[-3000:],
+        }
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """NaFlex batches made by timm's own data pipeline pieces, and timm's ``NaFlexVit`` with a model's weights."""
+
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Sequence, Tuple
+from collections.abc import Iterable, Sequence
 
 import timm
 import torch
@@ -14,13 +15,14 @@ from timm.models.naflexvit import checkpoint_filter_fn
 MIXED_SIZES = ((32, 32), (16, 40), (48, 24), (8, 64), (56, 8), (8, 8), (40, 48))
 
 
-def images(sizes: Iterable[Tuple[int, int]], channels: int = 3, seed: int = 0) -> List[torch.Tensor]:
+def images(sizes: Iterable[tuple[int, int]], channels: int = 3, seed: int = 0) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     return [torch.randn(channels, h, w, generator=generator) for h, w in sizes]
 
 
-def naflex_batch(images: Sequence[torch.Tensor], patch_size: int, max_seq_len: int, channels_last: bool = True,
-                 flatten: bool = True) -> Dict[str, torch.Tensor]:
+def naflex_batch(
+    images: Sequence[torch.Tensor], patch_size: int, max_seq_len: int, channels_last: bool = True, flatten: bool = True
+) -> dict[str, torch.Tensor]:
     """timm's ``Patchify`` per image, then timm's ``NaFlexCollator`` padding every image to ``max_seq_len``."""
     patchify = Patchify(patch_size, flatten_patches=flatten, channels_last=channels_last)
     batch, _ = NaFlexCollator(max_seq_len=max_seq_len)([(patchify(image), 0) for image in images])

@@ -8,6 +8,7 @@ gradient average equals the one-process gradient of the global batch's mean loss
     python -m tests.support.naflex_ddp_worker OUT_DIR
     torchrun --standalone --nproc_per_node=2 -m tests.support.naflex_ddp_worker OUT_DIR
 """
+
 import json
 import sys
 from pathlib import Path

@@ -5,9 +5,10 @@ Importing this module registers them with timm (``scratch_test_*``), so timm's o
 Each is 4 blocks of width 64 on 64x64 images: fast, yet deep enough for timm's feature tests
 (three feature levels) and wide enough for two heads.
 """
+
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
@@ -19,7 +20,7 @@ from timm_vitscratch.models.vision_transformer import VisionTransformer
 _SMALL = dict(img_size=64, patch_size=8, embed_dim=64, depth=4, num_heads=2)
 
 #: name -> constructor options on top of ``_SMALL``; each mirrors a checkpoint family in the wild.
-OPTION_MODELS: Dict[str, Dict[str, Any]] = {
+OPTION_MODELS: dict[str, dict[str, Any]] = {
     # DINOv2 with registers: reg tokens, LayerScale, position table without the prefix, any input size
     "scratch_test_dinov2_reg": dict(reg_tokens=4, init_values=1e-5, no_embed_class=True, dynamic_img_size=True),
     # MAE / BEiT: average of the patch tokens, normalised after pooling
@@ -32,21 +33,34 @@ OPTION_MODELS: Dict[str, Dict[str, Any]] = {
     "scratch_test_qk_norm": dict(qk_norm=True),
 }
 
-default_cfgs = generate_default_cfgs({
-    name: dict(
-        url="", num_classes=1000, input_size=(3, 64, 64), pool_size=None, crop_pct=0.9,
-        interpolation="bicubic", fixed_input_size=True, mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD,
-        first_conv="patch_embed.proj", classifier="head", license="apache-2.0",
-    )
-    for name in OPTION_MODELS
-})
+default_cfgs = generate_default_cfgs(
+    {
+        name: dict(
+            url="",
+            num_classes=1000,
+            input_size=(3, 64, 64),
+            pool_size=None,
+            crop_pct=0.9,
+            interpolation="bicubic",
+            fixed_input_size=True,
+            mean=IMAGENET_DEFAULT_MEAN,
+            std=IMAGENET_DEFAULT_STD,
+            first_conv="patch_embed.proj",
+            classifier="head",
+            license="apache-2.0",
+        )
+        for name in OPTION_MODELS
+    }
+)
 
 
 def _create(name: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     if pretrained:
         raise ValueError(f"{name} is a test-only registration without weights")
     return build_model_with_cfg(
-        initialised_model, name, pretrained,
+        initialised_model,
+        name,
+        pretrained,
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
         **{**_SMALL, **OPTION_MODELS[name], **kwargs},
     )

@@ -3,10 +3,11 @@
 Hugging Face: ``$HF_HOME/hub/models--ORG--NAME/snapshots/<revision>/<file>`` with ``refs/main`` naming the
 revision, read with ``HF_HUB_OFFLINE=1``. torch: ``$TORCH_HOME/hub/checkpoints/<file name from the URL>``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict
 
 from safetensors.torch import save_file
 
@@ -22,7 +23,7 @@ def offline_caches(root: Path, monkeypatch) -> Path:
     return root
 
 
-def lay_in_hf_cache(root: Path, repo_id: str, files: Dict[str, Callable[[Path], None]]) -> Path:
+def lay_in_hf_cache(root: Path, repo_id: str, files: dict[str, Callable[[Path], None]]) -> Path:
     """Write ``files`` ({name: writer(path)}) where ``hf_hub_download`` puts them: snapshots/<rev>/ + refs/main."""
     repo = root / "hf" / "hub" / ("models--" + repo_id.replace("/", "--"))
     snapshot = repo / "snapshots" / REVISION
@@ -42,5 +43,6 @@ def lay_in_torch_cache(root: Path, url: str) -> Path:
 
 
 def save_safetensors(state_dict) -> Callable[[Path], None]:
-    return lambda path: save_file({k: v.contiguous() for k, v in state_dict.items()}, str(path),
-                                  metadata={"format": "pt"})
+    return lambda path: save_file(
+        {k: v.contiguous() for k, v in state_dict.items()}, str(path), metadata={"format": "pt"}
+    )

@@ -6,10 +6,11 @@ distinct and non-trivial (torchvision zero-initialises its classifier, LayerNorm
 1/0, and a converter that dropped or swapped such a tensor would otherwise still pass), and the
 libraries' truncated-normal inits are slow on a small shared CPU.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict
 
 import numpy as np
 import timm
@@ -51,17 +52,37 @@ def timm_deit_distilled() -> nn.Module:
 
 
 def torchvision_vit(representation_size=None, image_size: int = 224) -> nn.Module:
-    return randomized(lambda: torchvision.models.VisionTransformer(
-        image_size=image_size, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768,
-        num_classes=NUM_CLASSES, representation_size=representation_size))
+    return randomized(
+        lambda: torchvision.models.VisionTransformer(
+            image_size=image_size,
+            patch_size=16,
+            num_layers=12,
+            num_heads=3,
+            hidden_dim=192,
+            mlp_dim=768,
+            num_classes=NUM_CLASSES,
+            representation_size=representation_size,
+        )
+    )
 
 
 def hf_config(cls_name: str = "ViTConfig", **kwargs):
     import transformers
 
-    return getattr(transformers, cls_name)(**{
-        **dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768, image_size=224,
-               patch_size=16, num_labels=NUM_CLASSES), **kwargs})
+    return getattr(transformers, cls_name)(
+        **{
+            **dict(
+                hidden_size=192,
+                num_hidden_layers=12,
+                num_attention_heads=3,
+                intermediate_size=768,
+                image_size=224,
+                patch_size=16,
+                num_labels=NUM_CLASSES,
+            ),
+            **kwargs,
+        }
+    )
 
 
 #: transformers 5 module names -> the names stored in checkpoints on the Hub (the original ones)
@@ -75,20 +96,20 @@ HF_LEGACY_NAMES = (
 )
 
 
-def hf_legacy_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
+def hf_legacy_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """A live transformers 5 model's state dict under the names stored in Hub checkpoints."""
     out = {}
     for key, value in model.state_dict().items():
         key = key.replace("vit.layers.", "vit.encoder.layer.").replace("deit.layers.", "deit.encoder.layer.")
         if key.startswith("layers."):
-            key = "encoder.layer." + key[len("layers."):]
+            key = "encoder.layer." + key[len("layers.") :]
         for new, old in HF_LEGACY_NAMES:
             key = key.replace(new, old)
         out[key] = value
     return out
 
 
-def google_npz(model: nn.Module, path: Path, representation: Dict[str, torch.Tensor] = None) -> Path:
+def google_npz(model: nn.Module, path: Path, representation: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a timm ViT in the layout of Google's original ViT .npz files (Flax: dense kernels are (in, out),
     attention kernels keep a heads axis). ``representation`` adds pre_logits/head arrays (in21k style)."""
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
@@ -114,8 +135,8 @@ def google_npz(model: nn.Module, path: Path, representation: Dict[str, torch.Ten
         arrays[b + "LayerNorm_2/scale"], arrays[b + "LayerNorm_2/bias"] = sd[p + "norm2.weight"], sd[p + "norm2.bias"]
         qkv_w, qkv_b = sd[p + "attn.qkv.weight"], sd[p + "attn.qkv.bias"]
         for j, name in enumerate(("query", "key", "value")):
-            arrays[f"{mha}{name}/kernel"] = qkv_w[j * dim:(j + 1) * dim].T.reshape(dim, heads, dim // heads)
-            arrays[f"{mha}{name}/bias"] = qkv_b[j * dim:(j + 1) * dim].reshape(heads, dim // heads)
+            arrays[f"{mha}{name}/kernel"] = qkv_w[j * dim : (j + 1) * dim].T.reshape(dim, heads, dim // heads)
+            arrays[f"{mha}{name}/bias"] = qkv_b[j * dim : (j + 1) * dim].reshape(heads, dim // heads)
         arrays[mha + "out/kernel"] = sd[p + "attn.proj.weight"].T.reshape(heads, dim // heads, dim)
         arrays[mha + "out/bias"] = sd[p + "attn.proj.bias"]
         for k in range(2):

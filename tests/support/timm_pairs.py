@@ -6,11 +6,12 @@ builds) it is timm's class with that layer put back where the original ViT had i
 ``pre_logits`` Linear + Tanh between ``fc_norm`` and ``head_drop``, run by a forward pre-hook on
 ``head_drop``; nothing else of timm's model changes.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
 from functools import partial
-from typing import Any, Dict, Tuple
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ from timm_vitscratch import VisionTransformer
 SIZE = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=5)
 
 #: family -> constructor options (timm's names); ``distilled`` and ``representation_size`` are ours.
-FAMILIES: Dict[str, Dict[str, Any]] = {
+FAMILIES: dict[str, dict[str, Any]] = {
     "plain": {},
     "deit3": dict(init_values=1e-4, no_embed_class=True),
     "dinov2_reg": dict(reg_tokens=4, init_values=1e-4, no_embed_class=True, dynamic_img_size=True),
@@ -34,7 +35,7 @@ FAMILIES: Dict[str, Dict[str, Any]] = {
 }
 
 
-def input_size(family: str) -> Tuple[int, int]:
+def input_size(family: str) -> tuple[int, int]:
     """The (height, width) to feed: off the default size where the family takes any size."""
     return (32, 48) if FAMILIES[family].get("dynamic_img_size") else (SIZE["img_size"], SIZE["img_size"])
 
@@ -55,7 +56,7 @@ def timm_model(family: str, **overrides: Any) -> nn.Module:
     return model
 
 
-def timm_pair(family: str, **overrides: Any) -> Tuple[nn.Module, VisionTransformer]:
+def timm_pair(family: str, **overrides: Any) -> tuple[nn.Module, VisionTransformer]:
     """timm's model with perturbed weights (no tensor left at its init value) and ours loaded from it, in eval."""
     torch.manual_seed(0)
     reference = timm_model(family, **overrides).eval()

@@ -1,4 +1,5 @@
 """Runs timm's own model tests once per session (a child pytest) and shows their table at the end."""
+
 from __future__ import annotations
 
 import time

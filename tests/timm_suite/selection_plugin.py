@@ -5,16 +5,27 @@ Loaded with ``-p tests.timm_suite.selection_plugin`` in the child pytest that ru
 test-function names) choose the items; every other item timm's file parametrizes is deselected,
 so its per-model tests run exactly as timm runs them, on these models only.
 """
+
 from __future__ import annotations
 
 import os
 
-import timm_vitscratch  # noqa: F401  (registers the scratch_* zoo)
 import tests.support.option_models  # noqa: F401  (registers the scratch_test_* option models)
+import timm_vitscratch  # noqa: F401  (registers the scratch_* zoo)
 
 # the markers timm's own pyproject.toml declares (and pytest-timeout's), so that none warns
-MARKERS = ("base", "forward", "backward", "cfg", "cfg_nonstd", "torchscript", "features", "fxforward",
-           "fxbackward", "timeout(seconds): time limit, honoured when pytest-timeout is installed")
+MARKERS = (
+    "base",
+    "forward",
+    "backward",
+    "cfg",
+    "cfg_nonstd",
+    "torchscript",
+    "features",
+    "fxforward",
+    "fxbackward",
+    "timeout(seconds): time limit, honoured when pytest-timeout is installed",
+)
 
 
 def _chosen(variable: str) -> set:

@@ -3,6 +3,7 @@
 Each of timm's per-model tests must pass for each of our models, and timm's name filters must select
 it for ours as they select it for timm's own ViTs (the reference must not pass a test ours skip).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,10 @@ def test_timm_model_test_passes(timm_suite_outcomes, test, model):
     reference = OUR_MODELS[model]
     results = timm_suite_outcomes.get((test, model), [])
     reference_outcome = timm_tests.summary(timm_suite_outcomes, test, reference)
-    assert results, (f"timm's {test} did not select {model} (for {reference} it {reference_outcome}): "
-                     "its name filters no longer treat ours as its ViTs")
+    assert results, (
+        f"timm's {test} did not select {model} (for {reference} it {reference_outcome}): "
+        "its name filters no longer treat ours as its ViTs"
+    )
     problems = [f"{outcome}: {message}" for outcome, message in results if outcome != "passed"]
     assert not problems, f"timm's {test}[{model}] (for {reference}: {reference_outcome}):\n" + "\n".join(problems)
 
@@ -26,8 +29,9 @@ def test_timm_model_test_passes(timm_suite_outcomes, test, model):
 @pytest.mark.parametrize("test", timm_tests.PER_MODEL_TESTS)
 def test_timm_own_vit_passes(timm_suite_outcomes, test):
     """The control: run this way, timm's tests select and pass timm's own ViT-Ti/16."""
-    assert timm_tests.summary(timm_suite_outcomes, test, "vit_tiny_patch16_224") == "passed", \
-        timm_suite_outcomes.get((test, "vit_tiny_patch16_224"))
+    assert timm_tests.summary(timm_suite_outcomes, test, "vit_tiny_patch16_224") == "passed", timm_suite_outcomes.get(
+        (test, "vit_tiny_patch16_224")
+    )
 
 
 def test_patch_fails_loudly_when_timm_changes_its_file():

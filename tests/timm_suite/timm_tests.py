@@ -5,6 +5,7 @@ virtual environment (``<sys.prefix>/timm-tests/``), never in the repository. The
 out of it and patched at run time so that timm's name filters treat our registrations as they treat
 timm's own ViTs; every patch anchor must match exactly once, so a changed timm file fails loudly.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ import sys
 import tarfile
 import tempfile
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
 
 import timm
 
@@ -47,14 +48,29 @@ def sdist(version: str = timm.__version__) -> Path:
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as download_dir:
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "download", f"timm=={version}", "--no-deps", "--no-binary", ":all:",
-             "--disable-pip-version-check", "-q", "-d", download_dir],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"timm=={version}",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                download_dir,
+            ],
+            capture_output=True,
+            text=True,
         )
         downloaded = list(Path(download_dir).glob("timm-*.tar.gz"))
         if result.returncode or len(downloaded) != 1:
-            raise RuntimeError(f"could not download the timm {version} sdist from the package registry "
-                               f"(pip exit {result.returncode}):\n{result.stdout}{result.stderr}")
+            raise RuntimeError(
+                f"could not download the timm {version} sdist from the package registry "
+                f"(pip exit {result.returncode}):\n{result.stdout}{result.stderr}"
+            )
         os.replace(downloaded[0], target)  # atomic: a concurrent run sees the whole file or none
     return target
 
@@ -69,7 +85,7 @@ def read_test_file(archive: Path, member: str = TEST_FILE) -> str:
         return handle.read().decode("utf-8")
 
 
-def _our_modules() -> List[str]:
+def _our_modules() -> list[str]:
     """The registry modules that hold scratch_* models (timm's feature tests select by module name)."""
     return sorted(m for m in timm.list_modules() if timm.list_models("scratch_*", module=m))
 
@@ -85,8 +101,10 @@ def patch(source: str) -> str:
     anchor = "NUM_NON_STD = len(NON_STD_FILTERS)"
     count = source.count(anchor)
     if count != 1:
-        raise RuntimeError(f"timm {timm.__version__}'s {TEST_FILE} holds {anchor!r} {count} times, expected once: "
-                           "its filter lists changed; update tests/timm_suite/timm_tests.py:patch")
+        raise RuntimeError(
+            f"timm {timm.__version__}'s {TEST_FILE} holds {anchor!r} {count} times, expected once: "
+            "its filter lists changed; update tests/timm_suite/timm_tests.py:patch"
+        )
     for name in ("FEAT_INTER_FILTERS = [", "NON_STD_FILTERS = ["):
         if source.count(name) != 1:
             raise RuntimeError(f"timm {timm.__version__}'s {TEST_FILE} no longer defines {name[:-4]!r} once")
@@ -107,23 +125,43 @@ def prepare(directory: Path) -> Path:
     return test_file
 
 
-Outcomes = Dict[Tuple[str, str], List[Tuple[str, str]]]
+Outcomes = dict[tuple[str, str], list[tuple[str, str]]]
 
 
-def run(directory: Path, models: Iterable[str], tests: Iterable[str] = PER_MODEL_TESTS,
-        timeout: float = 900) -> Tuple[Outcomes, str]:
+def run(
+    directory: Path, models: Iterable[str], tests: Iterable[str] = PER_MODEL_TESTS, timeout: float = 900
+) -> tuple[Outcomes, str]:
     """Run timm's file over ``models``; return ``{(test, model): [(outcome, message), ...]}`` and the output.
 
     One entry per parametrized item (timm's config tests run once per pretrained tag).
     """
     test_file = prepare(directory)
     report = directory / "report.xml"
-    env = {**os.environ, "TIMM_SUITE_MODELS": ",".join(models), "TIMM_SUITE_TESTS": ",".join(tests),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "TIMM_SUITE_MODELS": ",".join(models),
+        "TIMM_SUITE_TESTS": ",".join(tests),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", str(test_file), "-p", PLUGIN, "-p", "no:cacheprovider",
-         "-q", "-rfEs", f"--junitxml={report}"],
-        cwd=directory, env=env, capture_output=True, text=True, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(test_file),
+            "-p",
+            PLUGIN,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfEs",
+            f"--junitxml={report}",
+        ],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     output = result.stdout + result.stderr
     if result.returncode not in (0, 1) or not report.is_file():  # 0: all passed, 1: some failed
@@ -157,7 +195,7 @@ def summary(outcomes: Outcomes, test: str, model: str) -> str:
     return "passed"
 
 
-def table(outcomes: Outcomes, models: List[str], tests: Iterable[str] = PER_MODEL_TESTS) -> str:
+def table(outcomes: Outcomes, models: list[str], tests: Iterable[str] = PER_MODEL_TESTS) -> str:
     """A Markdown table: one row per timm test, one column per model."""
     lines = ["| timm test | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
     for test in tests:

@@ -1,4 +1,5 @@
 """The end-to-end digits example, in its fast mode (the full run is measured in the README)."""
+
 import json
 import os
 
@@ -29,8 +30,13 @@ def test_fast_run_trains_saves_round_trips_through_the_hub_and_prints_the_table(
 
     # a user's Hub settings: the example must neither use nor change them
     user_home = tmp_path / "user-hf-home"
-    for key, value in {"HF_HOME": str(user_home), "HF_HUB_CACHE": str(user_home / "hub"), "HF_HUB_OFFLINE": "1",
-                       "HF_TOKEN": "hf_user_token_not_for_local_servers", "HF_ENDPOINT": "https://hub.invalid"}.items():
+    for key, value in {
+        "HF_HOME": str(user_home),
+        "HF_HUB_CACHE": str(user_home / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": "hf_user_token_not_for_local_servers",
+        "HF_ENDPOINT": "https://hub.invalid",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
     environment = dict(os.environ)
@@ -38,11 +44,15 @@ def test_fast_run_trains_saves_round_trips_through_the_hub_and_prints_the_table(
 
     assert digits.main(["--fast", "--no-progress", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    table = out[out.index("task  "):].splitlines()
+    table = out[out.index("task  ") :].splitlines()
     assert table[0].split() == ["task", "init", "steps", "val", "top-1", "time"]
     assert [line.split()[:3] for line in table[2:7]] == [
-        ["digits", "0-9", "random"], ["digits", "0-4", "random"], ["digits", "0-4", "reloaded"],
-        ["digits", "5-9", "pretrained"], ["digits", "5-9", "random"]]
+        ["digits", "0-9", "random"],
+        ["digits", "0-4", "random"],
+        ["digits", "0-4", "reloaded"],
+        ["digits", "5-9", "pretrained"],
+        ["digits", "5-9", "random"],
+    ]
     # the reloaded model scores exactly what the trained one did, and its logits are identical
     assert table[3].split()[-4:-2] == table[4].split()[-4:-2]
     repo = digits.REPO_ID

@@ -1,4 +1,5 @@
 """DDP under torchrun: two gloo processes on CPU take the same steps as one process."""
+
 import json
 import os
 import subprocess
@@ -29,8 +30,19 @@ def test_torchrun_two_processes_match_one_process_on_the_same_global_batch(tmp_p
     # (Adam would divide the ~1e-9 noise in gradients that are zero in theory, such as the key bias)
     module = ["-m", "examples.ddp_train", *COMMON]
     _run([sys.executable, *module, "--out", str(tmp_path / "one")], tmp_path)
-    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *module,
-          "--out", str(tmp_path / "two")], tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            *module,
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        tmp_path,
+    )
 
     one = safetensors.torch.load_file(tmp_path / "one" / "params_rank0.safetensors")
     rank0 = safetensors.torch.load_file(tmp_path / "two" / "params_rank0.safetensors")

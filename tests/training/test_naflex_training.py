@@ -8,6 +8,7 @@ buckets (variable batch size), the task's loss scaled by ``batch / --batch-size`
 linear``), and for evaluation one fixed ``--naflex-max-seq-len``. docs/native_resolution.md shows the
 commands themselves.
 """
+
 import json
 import os
 import random
@@ -54,30 +55,69 @@ def image_root(tmp_path_factory):
 
 def _model(**kwargs):
     # the keywords train.py passes to create_model
-    return timm.create_model("scratch_vit_ti16", pretrained=False, in_chans=3, num_classes=2, drop_rate=0.0,
-                             drop_path_rate=None, drop_block_rate=None, global_pool=None, bn_momentum=None,
-                             bn_eps=None, scriptable=False, checkpoint_path=kwargs.pop("checkpoint_path", None),
-                             **MODEL_ARGS, **kwargs)
+    return timm.create_model(
+        "scratch_vit_ti16",
+        pretrained=False,
+        in_chans=3,
+        num_classes=2,
+        drop_rate=0.0,
+        drop_path_rate=None,
+        drop_block_rate=None,
+        global_pool=None,
+        bn_momentum=None,
+        bn_eps=None,
+        scriptable=False,
+        checkpoint_path=kwargs.pop("checkpoint_path", None),
+        **MODEL_ARGS,
+        **kwargs,
+    )
 
 
 def _train_loader(root, model, seq_lens=(16, 32, 64), batch_size=4, **kwargs):
     config = resolve_data_config({}, model=model)
     dataset = create_dataset("", root=str(root), split="train", is_training=True, batch_size=batch_size)
-    return create_naflex_loader(dataset, train_seq_lens=seq_lens, mixup_fn=None, rank=0, world_size=1,
-                                patchify_channels_last=True, mean=config["mean"], std=config["std"],
-                                pin_memory=False, img_dtype=torch.float32, device=torch.device("cpu"),
-                                distributed=False, use_prefetcher=True, batch_size=batch_size, is_training=True,
-                                num_workers=0, interpolation=config["interpolation"], **kwargs)
+    return create_naflex_loader(
+        dataset,
+        train_seq_lens=seq_lens,
+        mixup_fn=None,
+        rank=0,
+        world_size=1,
+        patchify_channels_last=True,
+        mean=config["mean"],
+        std=config["std"],
+        pin_memory=False,
+        img_dtype=torch.float32,
+        device=torch.device("cpu"),
+        distributed=False,
+        use_prefetcher=True,
+        batch_size=batch_size,
+        is_training=True,
+        num_workers=0,
+        interpolation=config["interpolation"],
+        **kwargs,
+    )
 
 
 def _eval_loader(root, model, patch_size, max_seq_len=64):
     config = resolve_data_config({}, model=model)
     dataset = create_dataset("", root=str(root), split="validation", is_training=False, batch_size=4)
-    return create_naflex_loader(dataset, patch_size=patch_size, max_seq_len=max_seq_len, batch_size=4,
-                                is_training=False, mean=config["mean"], std=config["std"], pin_memory=False,
-                                img_dtype=torch.float32, device=torch.device("cpu"), distributed=False,
-                                use_prefetcher=True, num_workers=0, interpolation=config["interpolation"],
-                                crop_pct=config["crop_pct"])
+    return create_naflex_loader(
+        dataset,
+        patch_size=patch_size,
+        max_seq_len=max_seq_len,
+        batch_size=4,
+        is_training=False,
+        mean=config["mean"],
+        std=config["std"],
+        pin_memory=False,
+        img_dtype=torch.float32,
+        device=torch.device("cpu"),
+        distributed=False,
+        use_prefetcher=True,
+        num_workers=0,
+        interpolation=config["interpolation"],
+        crop_pct=config["crop_pct"],
+    )
 
 
 def test_create_naflex_loader_batches_run_packed_like_timms_naflexvit(image_root):
@@ -112,7 +152,7 @@ def test_train_py_and_validate_py_naflex_sequences(image_root, tmp_path):
     eval_loader = _eval_loader(image_root, model, patch_size)
     batch_size_reference = 4.0
     epoch_losses, top1 = [], []
-    for epoch in range(4):
+    for _ in range(4):
         task.train()
         seen, total = 0, 0.0
         for batch, target in loader:
@@ -131,11 +171,18 @@ def test_train_py_and_validate_py_naflex_sequences(image_root, tmp_path):
                 correct += accuracy(output, target, topk=(1,))[0].item() * len(target) / 100
                 count += len(target)
         top1.append(100.0 * correct / count)
-    print(f"train loss per epoch {['%.3f' % x for x in epoch_losses]}, validation top-1 {top1}")
+    print(f"train loss per epoch {[f'{x:.3f}' for x in epoch_losses]}, validation top-1 {top1}")
     assert epoch_losses[-1] < epoch_losses[0]
     assert top1[-1] == 100.0
-    saver = CheckpointSaver(model=model, optimizer=optimizer, args=None, checkpoint_dir=str(tmp_path),
-                            recovery_dir=str(tmp_path), task=task, max_history=1)
+    saver = CheckpointSaver(
+        model=model,
+        optimizer=optimizer,
+        args=None,
+        checkpoint_dir=str(tmp_path),
+        recovery_dir=str(tmp_path),
+        task=task,
+        max_history=1,
+    )
     saver.save_checkpoint(epoch=3, metric=top1[-1])
 
     # validate.py: the model from --checkpoint; its NaFlex loader takes NaFlexVit's embeds.patch_size, else 16
@@ -156,9 +203,18 @@ def test_torchrun_two_ranks_match_one_process_on_naflex_batches(tmp_path):
     if os.path.isdir("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"
     module = ["-m", "tests.support.naflex_ddp_worker"]
-    for command in ([sys.executable, *module, str(tmp_path / "one")],
-                    [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *module,
-                     str(tmp_path / "two")]):
+    for command in (
+        [sys.executable, *module, str(tmp_path / "one")],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            *module,
+            str(tmp_path / "two"),
+        ],
+    ):
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     one = safetensors.torch.load_file(tmp_path / "one" / "params_rank0.safetensors")
@@ -168,8 +224,9 @@ def test_torchrun_two_ranks_match_one_process_on_naflex_batches(tmp_path):
         assert torch.allclose(ranks[0][name], value, rtol=1e-5, atol=1e-6), name
     losses = [json.loads((tmp_path / run / "result.json").read_text())["losses"] for run in ("one", "two")]
     assert torch.allclose(torch.tensor(losses[0]), torch.tensor(losses[1]), rtol=1e-5)
-    initial = timm.create_model("scratch_vit_ti16", num_classes=4, img_size=32, patch_size=8, embed_dim=64, depth=2,
-                                num_heads=4)
+    initial = timm.create_model(
+        "scratch_vit_ti16", num_classes=4, img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4
+    )
     assert not torch.allclose(initial.state_dict()["head.weight"], one["head.weight"])
 
 

@@ -4,6 +4,7 @@ The conversion of train.py checkpoints of timm's own ViT (live and EMA weights, 
 test_convert_features.py; this is the fine-tuning user's whole flow with a scratch model: convert,
 load with ``local-dir:``, push to the local Hub, load back in a fresh process with ``hf-hub:``.
 """
+
 import argparse
 
 import timm
@@ -12,11 +13,10 @@ from safetensors.torch import load_file, save_file
 from timm.task import ClassificationTask
 from timm.utils import CheckpointSaver, ModelEmaV3
 
+from examples.training_loop import create_train_state, train_step
+from tests.support.hub_fixtures import logits, repo_for, run_client
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.convert import convert
-from examples.training_loop import create_train_state, train_step
-
-from tests.support.hub_fixtures import logits, repo_for, run_client
 
 #: the converter maps shapes onto a registered variant: full ViT-Ti/16 width and depth, on 32x32 images
 ARCH = dict(img_size=32, num_classes=4)
@@ -34,8 +34,14 @@ def _train_py_checkpoint(tmp_path):
         train_step(task, state, images, labels)
         ema.update(model, step=step)
     args = argparse.Namespace(model="scratch_vit_ti16", num_classes=4, img_size=32, model_ema=True)
-    saver = CheckpointSaver(model, state.optimizer, args=args, model_ema=ema, checkpoint_dir=str(tmp_path / "run"),
-                            recovery_dir=str(tmp_path / "run"))
+    saver = CheckpointSaver(
+        model,
+        state.optimizer,
+        args=args,
+        model_ema=ema,
+        checkpoint_dir=str(tmp_path / "run"),
+        recovery_dir=str(tmp_path / "run"),
+    )
     (tmp_path / "run").mkdir()
     saver.save_checkpoint(epoch=0, metric=50.0)
     checkpoint = torch.load(tmp_path / "run" / "model_best.pth.tar", weights_only=False)  # our own file: inspect it
@@ -44,8 +50,7 @@ def _train_py_checkpoint(tmp_path):
     return model.eval(), ema.module.eval(), tmp_path / "run" / "model_best.pth.tar"
 
 
-def test_train_py_checkpoint_converts_in_one_call_and_round_trips_through_the_hub(hub_env, tmp_path, request,
-                                                                                 capsys):
+def test_train_py_checkpoint_converts_in_one_call_and_round_trips_through_the_hub(hub_env, tmp_path, request, capsys):
     live, ema, checkpoint = _train_py_checkpoint(tmp_path)
     assert not torch.equal(live.head.weight, ema.head.weight)
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(5))
@@ -73,10 +78,24 @@ def test_train_py_checkpoint_converts_in_one_call_and_round_trips_through_the_hu
     assert f"pushed {ema_dir} to {repo}@main" in capsys.readouterr().out
     save_file({"x": x}, str(tmp_path / "x.safetensors"))
     (tmp_path / "client").mkdir()
-    jobs = [dict(id="ema", kind="logits", model=f"hf-hub:{repo}", input=str(tmp_path / "x.safetensors"),
-                 output=str(tmp_path / "client" / "ema.safetensors"))]
-    results = run_client(jobs, tmp_path / "client", {**hub_env, "HF_HOME": str(tmp_path / "hf-home-fresh"),
-                                                     "HF_HUB_CACHE": str(tmp_path / "hf-home-fresh" / "hub")})
+    jobs = [
+        dict(
+            id="ema",
+            kind="logits",
+            model=f"hf-hub:{repo}",
+            input=str(tmp_path / "x.safetensors"),
+            output=str(tmp_path / "client" / "ema.safetensors"),
+        )
+    ]
+    results = run_client(
+        jobs,
+        tmp_path / "client",
+        {
+            **hub_env,
+            "HF_HOME": str(tmp_path / "hf-home-fresh"),
+            "HF_HUB_CACHE": str(tmp_path / "hf-home-fresh" / "hub"),
+        },
+    )
     assert results["ema"].get("ok"), results
     from_hub = load_file(str(tmp_path / "client" / "ema.safetensors"))["logits"]
     assert (from_hub - logits(ema, x)).abs().max().item() == 0.0

@@ -1,4 +1,5 @@
 """Fine-tuning with timm's own training components: task, optimizer, scheduler, checkpoints."""
+
 import argparse
 
 import pytest
@@ -9,10 +10,9 @@ from timm.models import load_checkpoint
 from timm.task import ClassificationTask, TokenDistillationTask, resume_task_checkpoint
 from timm.utils import CheckpointSaver
 
-from timm_vitscratch.hub.model_dir import save_model_directory
 from examples.training_loop import create_train_state, evaluate_top1, train, train_step
-
 from tests.support import TINY, tiny
+from timm_vitscratch.hub.model_dir import save_model_directory
 
 
 def _separable_batch(num_classes: int = 4, size: int = 32, batch: int = 32):
@@ -68,8 +68,10 @@ def test_distilled_model_trains_as_plain_classifier_without_teacher():
     state.optimizer.step()
 
 
-@pytest.mark.parametrize("ours,reference", [("scratch_vit_ti16", "vit_tiny_patch16_224"),
-                                            ("scratch_deit_ti16_distilled", "deit_tiny_distilled_patch16_224")])
+@pytest.mark.parametrize(
+    "ours,reference",
+    [("scratch_vit_ti16", "vit_tiny_patch16_224"), ("scratch_deit_ti16_distilled", "deit_tiny_distilled_patch16_224")],
+)
 def test_layer_decay_groups_match_timm_model(ours, reference):
     from timm.optim import create_optimizer_v2
 
@@ -102,11 +104,13 @@ def test_saved_at_32_loads_at_64_through_timm_pretrained_loading_like_timm_vit(t
     path = _save_safetensors(source, tmp_path / "at32.safetensors")
     arch = {k: v for k, v in TINY.items() if k != "img_size"}
     overlay = dict(file=path, num_classes=6)  # the file's head fits: keep it
-    ours = timm.create_model("scratch_vit_ti16", pretrained=True, pretrained_cfg_overlay=overlay,
-                             img_size=64, num_classes=6, **arch).eval()
+    ours = timm.create_model(
+        "scratch_vit_ti16", pretrained=True, pretrained_cfg_overlay=overlay, img_size=64, num_classes=6, **arch
+    ).eval()
     # timm's own ViT, loading the same file at 64 through its own filter, is the reference
-    reference = timm.create_model("vit_tiny_patch16_224", pretrained=True, pretrained_cfg_overlay=overlay,
-                                  img_size=64, num_classes=6, **arch).eval()
+    reference = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=True, pretrained_cfg_overlay=overlay, img_size=64, num_classes=6, **arch
+    ).eval()
     assert ours.pos_embed.shape == (1, 1 + 8 * 8, 64) != source.pos_embed.shape
     assert torch.allclose(ours.pos_embed, reference.pos_embed, atol=1e-6)
     assert torch.equal(ours.blocks[1].mlp.fc2.weight, source.blocks[1].mlp.fc2.weight)
@@ -119,8 +123,13 @@ def test_pretrained_path_with_new_head_like_train_py(tmp_path):
     source = tiny("scratch_vit_b16_in21k", num_classes=6, representation_size=48)
     path = _save_safetensors(source, tmp_path / "in21k.safetensors")
     # train.py --pretrained-path F --num-classes 3: file overlay with num_classes=-1 forces a new head
-    model = tiny("scratch_vit_b16_in21k", pretrained=True, num_classes=3, representation_size=48,
-                 pretrained_cfg_overlay=dict(file=path, num_classes=-1))
+    model = tiny(
+        "scratch_vit_b16_in21k",
+        pretrained=True,
+        num_classes=3,
+        representation_size=48,
+        pretrained_cfg_overlay=dict(file=path, num_classes=-1),
+    )
     assert model.head.out_features == 3
     state = model.state_dict()
     for name, value in source.state_dict().items():
@@ -139,8 +148,14 @@ def _train_py_checkpoint(tmp_path, with_ema: bool):
     for _ in range(3):
         train_step(task, state, images, labels)
     args = argparse.Namespace(model="scratch_vit_ti16", num_classes=4)
-    saver = CheckpointSaver(model=task.get_trainable_module(), optimizer=state.optimizer, args=args,
-                            checkpoint_dir=str(tmp_path), recovery_dir=str(tmp_path), task=task)
+    saver = CheckpointSaver(
+        model=task.get_trainable_module(),
+        optimizer=state.optimizer,
+        args=args,
+        checkpoint_dir=str(tmp_path),
+        recovery_dir=str(tmp_path),
+        task=task,
+    )
     saver.save_checkpoint(epoch=0, metric=1.0)
     return task, state, tmp_path / "last.pth.tar"
 
@@ -235,8 +250,9 @@ def test_logit_distillation_with_teacher_created_by_name_from_a_model_dir(tmp_pa
 
     teacher_dir = save_model_directory(tiny(num_classes=4), tmp_path / "teacher")
     # train.py --kd-model-name local-dir:DIR: timm creates the teacher by name, pretrained, device given
-    task = LogitDistillationTask(tiny(num_classes=4), f"local-dir:{teacher_dir}", device=torch.device("cpu"),
-                                 verbose=False)
+    task = LogitDistillationTask(
+        tiny(num_classes=4), f"local-dir:{teacher_dir}", device=torch.device("cpu"), verbose=False
+    )
     images, labels = _separable_batch()
     result = task.train()(images, labels)
     assert torch.isfinite(result["loss"]) and result["output"].shape == (32, 4)

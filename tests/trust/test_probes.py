@@ -1,5 +1,6 @@
 """The hostile inputs of ../shared/probes (f1-f5, f9, f10), each refused with a clear error and nothing
 written or fetched; f2 and f3 refused in a child process capped at 200 MB more than it already uses."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,13 +21,12 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
+from tests.support import tiny
+from tests.support.hub_fixtures import upload_raw
 from timm_vitscratch.cli import main
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.model_dir import check_model_directory, save_model_directory
-
-from tests.support import tiny
-from tests.support.hub_fixtures import upload_raw
 
 BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
 
@@ -57,7 +57,9 @@ def evil_web(tmp_path):
         def log_message(self, *args):
             seen.append(self.path)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path / "www")))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path / "www"))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/evil.sh", seen
     server.shutdown()
@@ -68,8 +70,12 @@ def test_f1_config_model_args_never_reach_create_model(key, tmp_path, hub_env, l
     url, web_requests = evil_web
     target = tmp_path / "ANY_DIR_THE_REPO_CHOOSES"
     src = save_model_directory(tiny(), tmp_path / "src")
-    evil = dict(pretrained=True, cache_dir=str(target), checkpoint_path=str(tmp_path / "secret.pth"),
-                pretrained_cfg_overlay={"url": url, "hf_hub_id": None})
+    evil = dict(
+        pretrained=True,
+        cache_dir=str(target),
+        checkpoint_path=str(tmp_path / "secret.pth"),
+        pretrained_cfg_overlay={"url": url, "hf_hub_id": None},
+    )
     edit_config(src, **{key: evil[key]})
     repo = f"evil/{key}-{request.node.name[-8:].strip('[]')}"
     upload_raw(src, repo)
@@ -89,8 +95,9 @@ def test_f1_config_model_args_never_reach_create_model(key, tmp_path, hub_env, l
 
 
 def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
-    result = subprocess.run([sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -98,12 +105,22 @@ def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
 def test_f2_huge_depth_refused_at_once_in_bounded_memory(tmp_path):
     d = save_model_directory(tiny(), tmp_path / "dir")
     edit_config(d, depth=10_000)
-    torch.save({"state_dict": tiny().state_dict(), "args": argparse.Namespace(
-        model="scratch_vit_ti16", model_kwargs={"depth": 10_000, "embed_dim": 64, "num_heads": 4, "patch_size": 8,
-                                                "img_size": 32})}, tmp_path / "c.pth")
+    torch.save(
+        {
+            "state_dict": tiny().state_dict(),
+            "args": argparse.Namespace(
+                model="scratch_vit_ti16",
+                model_kwargs={"depth": 10_000, "embed_dim": 64, "num_heads": 4, "patch_size": 8, "img_size": 32},
+            ),
+        },
+        tmp_path / "c.pth",
+    )
     setup = "import timm, timm_vitscratch\nfrom timm_vitscratch.convert import convert"
-    for snippet in (f"timm.create_model('local-dir:{d}', pretrained=True)",
-                    f"convert('{d}', '{tmp_path / 'out'}')", f"convert('{tmp_path / 'c.pth'}', '{tmp_path / 'out2'}')"):
+    for snippet in (
+        f"timm.create_model('local-dir:{d}', pretrained=True)",
+        f"convert('{d}', '{tmp_path / 'out'}')",
+        f"convert('{tmp_path / 'c.pth'}', '{tmp_path / 'out2'}')",
+    ):
         result = bounded(setup, snippet)
         assert result["type"] in ("ModelArgsError", "ConversionError"), result
         assert "depth is 10000; expected an integer in [1, 64]" in result["message"]
@@ -116,13 +133,16 @@ def test_f3_npz_members_bounded_in_total(tmp_path):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for i in range(24):
             with archive.open(f"junk_{i}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False,
-                                                              "shape": ((250 << 20) // 4,)})
+                np.lib.format.write_array_header_1_0(
+                    member, {"descr": "<f4", "fortran_order": False, "shape": ((250 << 20) // 4,)}
+                )
                 for _ in range(25):
                     member.write(bytes(10 << 20))
-    setup = ("import timm, timm_vitscratch\nfrom timm.models import load_checkpoint\n"
-             "model = timm.create_model('scratch_vit_ti16', img_size=32, patch_size=8, embed_dim=64, depth=2, "
-             "num_heads=4)")
+    setup = (
+        "import timm, timm_vitscratch\nfrom timm.models import load_checkpoint\n"
+        "model = timm.create_model('scratch_vit_ti16', img_size=32, patch_size=8, embed_dim=64, depth=2, "
+        "num_heads=4)"
+    )
     result = bounded(setup, f"load_checkpoint(model, '{path}')")
     assert result["type"] == "ConversionError", result
     assert "would decompress from" in result["message"] and "in all" in result["message"]
@@ -130,11 +150,18 @@ def test_f3_npz_members_bounded_in_total(tmp_path):
 
 
 def test_f4_a_checkpoint_missing_its_last_block(tmp_path, capsys):
-    sd = {k: v for k, v in timm.create_model("vit_tiny_patch16_224", img_size=64, depth=4, num_classes=10)
-          .state_dict().items() if not k.startswith("blocks.3.")}
-    torch.save({"state_dict": sd, "args": argparse.Namespace(model="vit_tiny_patch16_224",
-                                                             model_kwargs={"depth": 4, "img_size": 64})},
-               tmp_path / "c.pth")
+    sd = {
+        k: v
+        for k, v in timm.create_model("vit_tiny_patch16_224", img_size=64, depth=4, num_classes=10).state_dict().items()
+        if not k.startswith("blocks.3.")
+    }
+    torch.save(
+        {
+            "state_dict": sd,
+            "args": argparse.Namespace(model="vit_tiny_patch16_224", model_kwargs={"depth": 4, "img_size": 64}),
+        },
+        tmp_path / "c.pth",
+    )
     line = cli_error(capsys, ["convert", str(tmp_path / "c.pth"), str(tmp_path / "out"), "--verify"])
     assert "say depth 4, but its weights hold 3 blocks" in line
     assert not (tmp_path / "out").exists()
@@ -142,9 +169,16 @@ def test_f4_a_checkpoint_missing_its_last_block(tmp_path, capsys):
 
 @pytest.mark.parametrize("checkpoint_has", [True, False])
 def test_f5_representation_layer_mismatch_refused(checkpoint_has, tmp_path):
-    tv = torchvision.models.VisionTransformer(image_size=64, patch_size=16, num_layers=2, num_heads=3, hidden_dim=192,
-                                              mlp_dim=768, num_classes=10,
-                                              representation_size=192 if checkpoint_has else None).eval()
+    tv = torchvision.models.VisionTransformer(
+        image_size=64,
+        patch_size=16,
+        num_layers=2,
+        num_heads=3,
+        hidden_dim=192,
+        mlp_dim=768,
+        num_classes=10,
+        representation_size=192 if checkpoint_has else None,
+    ).eval()
     path = tmp_path / "tv.pth"
     torch.save(tv.state_dict(), path)
     from timm.models import load_checkpoint
@@ -158,8 +192,9 @@ def test_f5_representation_layer_mismatch_refused(checkpoint_has, tmp_path):
         load_checkpoint(model, str(path))
     # mapped exactly when the model has the same layer: logits equal torchvision's
     if checkpoint_has:
-        model = timm.create_model("scratch_vit_b16_in21k", embed_dim=192, num_heads=3, representation_size=192,
-                                  **args).eval()
+        model = timm.create_model(
+            "scratch_vit_b16_in21k", embed_dim=192, num_heads=3, representation_size=192, **args
+        ).eval()
         load_checkpoint(model, str(path))
         x = torch.randn(2, 3, 64, 64)
         with torch.no_grad():
@@ -199,7 +234,10 @@ def test_f10_weights_that_are_not_floating_point(dtype, tmp_path, capsys):
         check_model_directory(d)
     with pytest.raises(ConversionError, match="not floating point"):
         timm.create_model(f"local-dir:{d}", pretrained=True)
-    assert re.search("must be floating point|dtype C64", cli_error(capsys, ["convert", str(d / "model.safetensors"), str(tmp_path / "o")]))
+    assert re.search(
+        "must be floating point|dtype C64",
+        cli_error(capsys, ["convert", str(d / "model.safetensors"), str(tmp_path / "o")]),
+    )
     from timm.models import load_checkpoint
 
     with pytest.raises(ConversionError, match="not floating point"):

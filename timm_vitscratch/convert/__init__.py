@@ -4,18 +4,29 @@
 that ``timm.create_model("local-dir:OUT_DIR", pretrained=True)`` loads; ``export(model_dir, to, out)``
 writes the weights back out as a timm or torchvision state dict or a JAX ``.npz``.
 """
+
 from ..errors import ConversionError, VerificationError
 from .checkpoint import open_checkpoint
 from .converter import ConversionResult, convert
 from .export import EXPORT_TARGETS, ExportResult, export
 from .formats import SOURCE_NAMES, detect_format
 from .plan import DTYPES
+from .verify import DEFAULT_TOLERANCE
 
 #: the dtype names ``--dtype`` takes
 DTYPE_NAMES = tuple(DTYPES)
-from .verify import DEFAULT_TOLERANCE
 
 __all__ = [
-    "ConversionError", "ConversionResult", "DEFAULT_TOLERANCE", "DTYPE_NAMES", "EXPORT_TARGETS", "ExportResult", "SOURCE_NAMES",
-    "VerificationError", "convert", "detect_format", "export", "open_checkpoint",
+    "DEFAULT_TOLERANCE",
+    "DTYPE_NAMES",
+    "EXPORT_TARGETS",
+    "SOURCE_NAMES",
+    "ConversionError",
+    "ConversionResult",
+    "ExportResult",
+    "VerificationError",
+    "convert",
+    "detect_format",
+    "export",
+    "open_checkpoint",
 ]

@@ -14,6 +14,7 @@ Training checkpoints are unwrapped (``state_dict``, ``model``; ``state_dict_ema`
 with ``ema=True``) and ``module.`` (DDP) / ``_orig_mod.`` (``torch.compile``) prefixes stripped.
 A directory is read as a Hugging Face style model folder (weights file plus ``config.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,9 @@ import pickle
 import re
 import struct
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,18 +50,30 @@ NPZ_EXPANSION_FLOOR = 256 << 20
 DIRECTORY_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth", "model.npz")
 
 SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
     "BOOL": torch.bool,
 }
 NUMPY_DTYPES = {
-    np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
-    np.dtype(np.float16): torch.float16, np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
-    np.dtype(np.int16): torch.int16, np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.uint8): torch.uint8,
     np.dtype(np.bool_): torch.bool,
 }
 
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 
 
 class Checkpoint:
@@ -69,16 +83,16 @@ class Checkpoint:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.wrapper: Optional[str] = None  # e.g. "state_dict_ema" when unwrapped from a train.py checkpoint
-        self.side_config: Dict[str, Any] = {}  # config.json beside the weights, when read from a directory
-        self.preprocess_config: Dict[str, Any] = {}  # preprocessor_config.json (Hugging Face), when present
-        self.train_args: Dict[str, Any] = {}  # the ``args`` a timm train.py checkpoint stores (model, model_kwargs)
-        self._raw: Dict[str, str] = {}  # clean name -> name in the file
-        self._shapes: Dict[str, Shape] = {}
-        self._dtypes: Dict[str, torch.dtype] = {}
+        self.wrapper: str | None = None  # e.g. "state_dict_ema" when unwrapped from a train.py checkpoint
+        self.side_config: dict[str, Any] = {}  # config.json beside the weights, when read from a directory
+        self.preprocess_config: dict[str, Any] = {}  # preprocessor_config.json (Hugging Face), when present
+        self.train_args: dict[str, Any] = {}  # the ``args`` a timm train.py checkpoint stores (model, model_kwargs)
+        self._raw: dict[str, str] = {}  # clean name -> name in the file
+        self._shapes: dict[str, Shape] = {}
+        self._dtypes: dict[str, torch.dtype] = {}
 
     # --- what every container provides -----------------------------------------------------------
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         return list(self._raw)
 
     def __contains__(self, key: object) -> bool:
@@ -106,14 +120,14 @@ class Checkpoint:
     def release(self, key: str) -> None:
         """Say that ``key`` has been consumed, so its memory can be given back."""
 
-    def state_dict(self) -> Dict[str, torch.Tensor]:
+    def state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor, in memory (for verification, which builds whole models anyway)."""
         return {key: self.tensor(key) for key in self._raw}
 
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "Checkpoint":
+    def __enter__(self) -> Checkpoint:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -123,13 +137,15 @@ class Checkpoint:
     def _read(self, key: str) -> torch.Tensor:
         raise NotImplementedError
 
-    def _set_entries(self, entries: Mapping[str, Tuple[Shape, torch.dtype]], prefixes: Tuple[str, ...]) -> None:
+    def _set_entries(self, entries: Mapping[str, tuple[Shape, torch.dtype]], prefixes: tuple[str, ...]) -> None:
         for raw_key, (shape, dtype) in entries.items():
             key = strip_prefixes(raw_key, prefixes)
             if key in self._raw:
                 raise ConversionError(
                     f"keys {self._raw[key]!r} and {raw_key!r} both name {key!r} once the "
-                    f"{'/'.join(prefixes)} prefixes are removed", self.path)
+                    f"{'/'.join(prefixes)} prefixes are removed",
+                    self.path,
+                )
             self._raw[key] = raw_key
             self._shapes[key] = tuple(int(d) for d in shape)
             self._dtypes[key] = dtype
@@ -137,14 +153,14 @@ class Checkpoint:
             raise ConversionError("holds no tensors", self.path)
 
 
-def strip_prefixes(key: str, prefixes: Tuple[str, ...]) -> str:
+def strip_prefixes(key: str, prefixes: tuple[str, ...]) -> str:
     """Remove wrapper prefixes, in any order and nesting (``_orig_mod.module.x`` -> ``x``)."""
     stripped = True
     while stripped:
         stripped = False
         for prefix in prefixes:
             if key.startswith(prefix):
-                key, stripped = key[len(prefix):], True
+                key, stripped = key[len(prefix) :], True
     return key
 
 
@@ -168,8 +184,11 @@ class SafetensorsCheckpoint(Checkpoint):
         typed = {}
         for key, (shape, dtype_name) in entries.items():
             if dtype_name not in SAFETENSORS_DTYPES:
-                raise ConversionError(f"tensor {key!r} has dtype {dtype_name}, which is not supported "
-                                      f"(expected one of {', '.join(SAFETENSORS_DTYPES)})", path)
+                raise ConversionError(
+                    f"tensor {key!r} has dtype {dtype_name}, which is not supported "
+                    f"(expected one of {', '.join(SAFETENSORS_DTYPES)})",
+                    path,
+                )
             typed[key] = (shape, SAFETENSORS_DTYPES[dtype_name])
         self._set_entries(typed, KEY_PREFIXES)
         with open(path, "rb") as handle:
@@ -177,7 +196,7 @@ class SafetensorsCheckpoint(Checkpoint):
             # and pages of written tensors are given back with madvise
             self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
 
-    def _span(self, key: str) -> Tuple[int, int]:
+    def _span(self, key: str) -> tuple[int, int]:
         begin, end = self._offsets[self._raw[key]]
         return self._data_start + begin, end - begin
 
@@ -232,8 +251,7 @@ class StateDictCheckpoint(Checkpoint):
         super().__init__(Path(label))
         tensors, self.wrapper = _unwrap(state_dict, False, self.path)
         self._tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in tensors.items()}
-        self._set_entries({k: (tuple(v.shape), v.dtype) for k, v in self._tensors.items()},
-                          KEY_PREFIXES + NPZ_PREFIXES)
+        self._set_entries({k: (tuple(v.shape), v.dtype) for k, v in self._tensors.items()}, KEY_PREFIXES + NPZ_PREFIXES)
 
     def _read(self, key: str) -> torch.Tensor:
         return self._tensors[self._raw[key]]
@@ -279,7 +297,7 @@ def _read_exactly(path: Path, offset: int, size: int) -> bytes:
     return data
 
 
-def check_expansion(members: List[zipfile.ZipInfo], archive_size: int, path: Path) -> None:
+def check_expansion(members: list[zipfile.ZipInfo], archive_size: int, path: Path) -> None:
     """The whole archive's budget: all members together may not expand past ``NPZ_MAX_EXPANSION`` times the
     file (beyond ``NPZ_EXPANSION_FLOOR``), however the bytes are split between them. Checked from the zip
     directory, before any member is decompressed."""
@@ -287,10 +305,12 @@ def check_expansion(members: List[zipfile.ZipInfo], archive_size: int, path: Pat
     if total > NPZ_EXPANSION_FLOOR and total > NPZ_MAX_EXPANSION * max(archive_size, 1):
         raise ConversionError(
             f"its {len(members)} members would decompress from {archive_size:,} to {total:,} bytes in all (more than "
-            f"{NPZ_MAX_EXPANSION}x): a decompression bomb, not weights; refused before decompressing anything", path)
+            f"{NPZ_MAX_EXPANSION}x): a decompression bomb, not weights; refused before decompressing anything",
+            path,
+        )
 
 
-def _npy_member(archive: zipfile.ZipFile, key: str, archive_size: int, path: Path) -> Tuple[Shape, torch.dtype]:
+def _npy_member(archive: zipfile.ZipFile, key: str, archive_size: int, path: Path) -> tuple[Shape, torch.dtype]:
     """Shape and dtype of one ``.npz`` member, from its header; refuses members that would expand past reason.
 
     Checked before a byte of array data is read: the member lies inside the file, its header's shape
@@ -300,12 +320,17 @@ def _npy_member(archive: zipfile.ZipFile, key: str, archive_size: int, path: Pat
     """
     info = archive.getinfo(key + ".npy")
     if info.header_offset + info.compress_size > archive_size:
-        raise ConversionError(f"array {key!r} claims {info.compress_size} stored bytes, past the end of the "
-                              f"{archive_size}-byte file (truncated?)", path)
+        raise ConversionError(
+            f"array {key!r} claims {info.compress_size} stored bytes, past the end of the "
+            f"{archive_size}-byte file (truncated?)",
+            path,
+        )
     if info.file_size > NPZ_EXPANSION_FLOOR and info.file_size > NPZ_MAX_EXPANSION * max(info.compress_size, 1):
         raise ConversionError(
             f"array {key!r} would decompress from {info.compress_size} to {info.file_size} bytes (more than "
-            f"{NPZ_MAX_EXPANSION}x): a decompression bomb, not weights; refused before decompressing it", path)
+            f"{NPZ_MAX_EXPANSION}x): a decompression bomb, not weights; refused before decompressing it",
+            path,
+        )
     with archive.open(info) as handle:
         version = np.lib.format.read_magic(handle)
         if version == (1, 0):
@@ -314,12 +339,18 @@ def _npy_member(archive: zipfile.ZipFile, key: str, archive_size: int, path: Pat
             shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
         header_size = handle.tell()
     if dtype.hasobject or dtype not in NUMPY_DTYPES:
-        raise ConversionError(f"array {key!r} has dtype {dtype}, which is not a plain numeric array "
-                              f"(object arrays are pickles and are never loaded)", path)
+        raise ConversionError(
+            f"array {key!r} has dtype {dtype}, which is not a plain numeric array "
+            f"(object arrays are pickles and are never loaded)",
+            path,
+        )
     claimed = math.prod(shape) * dtype.itemsize  # Python integers: no overflow, whatever the header says
     if claimed != info.file_size - header_size:
-        raise ConversionError(f"array {key!r} has a header claiming shape {tuple(shape)} {dtype} ({claimed} bytes), "
-                              f"but the member holds {info.file_size - header_size} bytes of data", path)
+        raise ConversionError(
+            f"array {key!r} has a header claiming shape {tuple(shape)} {dtype} ({claimed} bytes), "
+            f"but the member holds {info.file_size - header_size} bytes of data",
+            path,
+        )
     return tuple(shape), NUMPY_DTYPES[dtype]
 
 
@@ -341,7 +372,9 @@ def _torch_load(path: Path, mmap: bool) -> Any:
         raise ConversionError(
             f"refused to unpickle: it needs more than tensors ({unsafe}). Checkpoints are loaded with "
             f"torch.load(weights_only=True), which never runs code from the file. If this is a whole model "
-            f"saved with torch.save(model), save model.state_dict() instead", path) from None
+            f"saved with torch.save(model), save model.state_dict() instead",
+            path,
+        ) from None
     except Exception as err:  # weights_only's unpickler fails on damage with many types (IndexError, struct.error ...)
         raise ConversionError(f"not a readable torch checkpoint (truncated or corrupt?): {_brief(err)}", path) from None
 
@@ -351,17 +384,21 @@ def _describe(obj: Any) -> str:
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
-def _unwrap(obj: Any, ema: bool, path: Path) -> Tuple[Dict[str, torch.Tensor], Optional[str]]:
+def _unwrap(obj: Any, ema: bool, path: Path) -> tuple[dict[str, torch.Tensor], str | None]:
     """The state dict inside a checkpoint: itself, or under state_dict/model (or the EMA keys)."""
     if not isinstance(obj, Mapping):
-        raise ConversionError(f"holds {_describe(obj)}, not a state dict (a mapping of parameter names to "
-                              f"tensors)", path)
+        raise ConversionError(
+            f"holds {_describe(obj)}, not a state dict (a mapping of parameter names to tensors)", path
+        )
     wrapper = None
     if ema:
         wrapper = next((k for k in EMA_KEYS if isinstance(obj.get(k), Mapping)), None)
         if wrapper is None:
-            raise ConversionError(f"EMA weights requested but there is no {' or '.join(EMA_KEYS)} in it "
-                                  f"(top-level keys: {_key_list(obj)})", path)
+            raise ConversionError(
+                f"EMA weights requested but there is no {' or '.join(EMA_KEYS)} in it "
+                f"(top-level keys: {_key_list(obj)})",
+                path,
+            )
     elif not any(isinstance(v, torch.Tensor) for v in obj.values()):
         wrapper = next((k for k in WRAPPER_KEYS if isinstance(obj.get(k), Mapping)), None)
     state_dict = obj[wrapper] if wrapper else obj
@@ -371,7 +408,9 @@ def _unwrap(obj: Any, ema: bool, path: Path) -> Tuple[Dict[str, torch.Tensor], O
             raise ConversionError(
                 f"is not a state dict: entry {key!r}{where} is {_describe(value)}, not a tensor (expected a "
                 f"mapping of parameter names to tensors, or a training checkpoint holding one under "
-                f"{' / '.join(WRAPPER_KEYS + EMA_KEYS)}; top-level keys: {_key_list(obj)})", path)
+                f"{' / '.join(WRAPPER_KEYS + EMA_KEYS)}; top-level keys: {_key_list(obj)})",
+                path,
+            )
     return dict(state_dict), wrapper
 
 
@@ -404,16 +443,20 @@ def _sniff(path: Path) -> str:
         return "safetensors"
     if head[0] == 0x80:  # pickle protocol marker: torch.save's legacy (non-zip) format
         return "torch-legacy"
-    raise ConversionError("is not a checkpoint format that can be read: expected safetensors, a torch.save "
-                          "file (.pth/.pt/.bin) or a numpy .npz", path)
+    raise ConversionError(
+        "is not a checkpoint format that can be read: expected safetensors, a torch.save "
+        "file (.pth/.pt/.bin) or a numpy .npz",
+        path,
+    )
 
 
 def weights_file(directory: Path) -> Path:
     for name in DIRECTORY_WEIGHTS:
         if os.path.lexists(directory / name):
             return regular_file(directory / name, ConversionError, inside=directory)
-    raise ConversionError(f"is a directory without a weights file (looked for {', '.join(DIRECTORY_WEIGHTS)})",
-                          directory)
+    raise ConversionError(
+        f"is a directory without a weights file (looked for {', '.join(DIRECTORY_WEIGHTS)})", directory
+    )
 
 
 def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
@@ -421,8 +464,8 @@ def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
     path = Path(path)
     if not path.exists():
         raise ConversionError("does not exist", path)
-    side_config: Dict[str, Any] = {}
-    preprocess: Dict[str, Any] = {}
+    side_config: dict[str, Any] = {}
+    preprocess: dict[str, Any] = {}
     if path.is_dir():
         directory, path = path, weights_file(path)
         if os.path.lexists(directory / "config.json"):
@@ -438,8 +481,11 @@ def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
     if kind.startswith("torch"):
         checkpoint: Checkpoint = TorchCheckpoint(path, ema, is_zip=kind == "torch-zip")
     elif ema:
-        raise ConversionError(f"EMA weights requested, but a {kind} file holds one set of weights; EMA weights "
-                              f"come from a train.py checkpoint's state_dict_ema", path)
+        raise ConversionError(
+            f"EMA weights requested, but a {kind} file holds one set of weights; EMA weights "
+            f"come from a train.py checkpoint's state_dict_ema",
+            path,
+        )
     elif kind == "safetensors":
         checkpoint = SafetensorsCheckpoint(path)
     else:
@@ -447,4 +493,3 @@ def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
     checkpoint.side_config = side_config
     checkpoint.preprocess_config = preprocess
     return checkpoint
-

@@ -4,27 +4,36 @@ Everything is checked before a byte is written; the new directory is written int
 beside ``out_dir``, verified there when asked, and swapped in whole in one atomic step (``install``).
 A failed, refused or killed conversion leaves the previous directory as it was.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import torch
 
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike
-from ..hub.model_dir import CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, read_config, read_label_names, write_model_directory
+from ..hub.model_dir import (
+    CONFIG_NAME,
+    METADATA_KEY,
+    WEIGHTS_NAME,
+    read_config,
+    read_label_names,
+    write_model_directory,
+)
 from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
 from ..models.variants import ARCHITECTURES
+from ..tensor_writer import TensorSpec
 from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
 from .shape_inference import assumed_text, assumption_notes, how_to_state
 from .verify import DEFAULT_TOLERANCE, Verification, verify_conversion
-from ..tensor_writer import TensorSpec
 
 
 @dataclass
@@ -33,18 +42,18 @@ class ConversionResult:
     source_format: str
     detected: bool  # True when the format was recognised from the keys (``source="auto"``)
     model_name: str
-    model_args: Dict[str, Any]
+    model_args: dict[str, Any]
     description: str  # the architecture read from the shapes
     sha256: str
-    wrapper: Optional[str] = None  # e.g. "state_dict_ema" when unwrapped from a training checkpoint
-    resampled_from: Optional[Tuple[int, int]] = None
-    verification: Optional[Verification] = None
-    heads_note: Optional[str] = None  # one line when the head count was assumed
+    wrapper: str | None = None  # e.g. "state_dict_ema" when unwrapped from a training checkpoint
+    resampled_from: tuple[int, int] | None = None
+    verification: Verification | None = None
+    heads_note: str | None = None  # one line when the head count was assumed
     #: architecture facts nothing recorded (heads, activation, eps) and the values built: ``{"num_heads": 6}``
-    assumed: Dict[str, Any] = field(default_factory=dict)
+    assumed: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def assumption_notes(self) -> List[str]:
+    def assumption_notes(self) -> list[str]:
         """What ``convert`` assumed, one line per kind (what the CLI prints)."""
         return assumption_notes(self.heads_note, self.assumed)
 
@@ -53,7 +62,7 @@ def _with_path(err: ConversionError, path: Path) -> ConversionError:
     return err if err.path is not None else ConversionError(err.problem, path)
 
 
-def _producer(checkpoint: Checkpoint, targets: Dict[str, Target]) -> Callable[[TensorSpec], torch.Tensor]:
+def _producer(checkpoint: Checkpoint, targets: dict[str, Target]) -> Callable[[TensorSpec], torch.Tensor]:
     def produce(spec: TensorSpec) -> torch.Tensor:
         rule = targets[spec.name].rule
         return rule.op(*[checkpoint.tensor(s) for s in rule.sources]).to(spec.dtype)
@@ -65,12 +74,18 @@ def refuse_writing_over(src: Path, out_dir: Path) -> None:
     """``out_dir`` may be neither the source nor hold it: installing replaces the directory as a whole."""
     source, target = src.resolve(), out_dir.resolve()
     same = source == target or (source.is_dir() and target.is_dir() and os.path.samefile(source, target))
-    holds = target in source.parents or (source.is_file() and any(
-        (target / name).is_file() and os.path.samefile(target / name, source) for name in (WEIGHTS_NAME, CONFIG_NAME)))
+    holds = target in source.parents or (
+        source.is_file()
+        and any(
+            (target / name).is_file() and os.path.samefile(target / name, source)
+            for name in (WEIGHTS_NAME, CONFIG_NAME)
+        )
+    )
     if same or holds:
         where = "is also the output directory" if same else f"lies in the output directory {out_dir}"
-        raise ConversionError(f"{where}, which a conversion replaces; convert into another directory (nothing "
-                              "was written)", src)
+        raise ConversionError(
+            f"{where}, which a conversion replaces; convert into another directory (nothing was written)", src
+        )
 
 
 def _holds_a_model_directory(directory: Path) -> bool:
@@ -80,10 +95,12 @@ def _holds_a_model_directory(directory: Path) -> bool:
     except (OSError, ValueError):
         return False
     architecture = config.get("architecture")
-    return isinstance(architecture, str) and architecture in ARCHITECTURES and isinstance(config.get(METADATA_KEY), dict)
+    return (
+        isinstance(architecture, str) and architecture in ARCHITECTURES and isinstance(config.get(METADATA_KEY), dict)
+    )
 
 
-def prepare_out_dir(out_dir: Path, force: bool = False) -> Tuple[Identity, List[Path]]:
+def prepare_out_dir(out_dir: Path, force: bool = False) -> tuple[Identity, list[Path]]:
     """Check that ``out_dir`` (a resolved path) can take a model directory and create its parents.
 
     Returns where the install starts from (see ``install.starting_point``: a killed conversion's
@@ -99,28 +116,34 @@ def prepare_out_dir(out_dir: Path, force: bool = False) -> Tuple[Identity, List[
     except OSError as err:
         raise ConversionError(f"cannot create the output directory: {err.strerror}", out_dir) from None
     if not os.access(out_dir.parent, os.W_OK | os.X_OK):
-        raise ConversionError(f"cannot write beside the output directory: {out_dir.parent} is not writable (the "
-                              "new model directory is staged there and swapped in)", out_dir)
+        raise ConversionError(
+            f"cannot write beside the output directory: {out_dir.parent} is not writable (the "
+            "new model directory is staged there and swapped in)",
+            out_dir,
+        )
     try:
         started = starting_point(out_dir)
         occupied = out_dir.is_dir() and any(out_dir.iterdir())
     except OSError as err:
         raise ConversionError(f"cannot prepare the output directory: {err}", out_dir) from None
     if occupied and not force and not _holds_a_model_directory(out_dir):
-        raise ConversionError(f"not empty, and not a model directory ({CONFIG_NAME} of a registered architecture "
-                              f"with a '{METADATA_KEY}' entry); convert into a new or empty directory, or pass "
-                              f"force=True (--force) to replace its {CONFIG_NAME} and {WEIGHTS_NAME}", out_dir)
+        raise ConversionError(
+            f"not empty, and not a model directory ({CONFIG_NAME} of a registered architecture "
+            f"with a '{METADATA_KEY}' entry); convert into a new or empty directory, or pass "
+            f"force=True (--force) to replace its {CONFIG_NAME} and {WEIGHTS_NAME}",
+            out_dir,
+        )
     return started, created
 
 
-def remove_empty(directories: List[Path]) -> None:
+def remove_empty(directories: list[Path]) -> None:
     """Remove the directories created for an output that was not written (deepest first; only if empty)."""
     for directory in directories:
         with contextlib.suppress(OSError):
             directory.rmdir()
 
 
-def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype: Optional[torch.dtype]) -> str:
+def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype: torch.dtype | None) -> str:
     """Write model.safetensors (streaming) and config.json into ``stage``; returns the weights' sha256."""
     targets = {t.spec.name: t for t in plan.targets}
 
@@ -129,18 +152,33 @@ def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype:
             checkpoint.release(source)
 
     source_info = {
-        "format": plan.fmt.name, "file": checkpoint.path.name, "wrapper": checkpoint.wrapper,
+        "format": plan.fmt.name,
+        "file": checkpoint.path.name,
+        "wrapper": checkpoint.wrapper,
         "dtype": str(out_dtype).replace("torch.", "") if out_dtype else "as stored",
     }
     if plan.resampled:
         source_info["resampled_from"] = list(plan.arch.img_size)
-    return write_model_directory(stage, plan.meta_model, plan.specs, _producer(checkpoint, targets),
-                                 source=source_info, written=release_sources, label_names=plan.label_names)
+    return write_model_directory(
+        stage,
+        plan.meta_model,
+        plan.specs,
+        _producer(checkpoint, targets),
+        source=source_info,
+        written=release_sources,
+        label_names=plan.label_names,
+    )
 
 
-def _write_and_install(checkpoint: Checkpoint, plan: ConversionPlan, out_dir: Path, started: Identity,
-                       out_dtype: Optional[torch.dtype], verify: bool,
-                       tolerance: float) -> Tuple[str, Optional[Verification]]:
+def _write_and_install(
+    checkpoint: Checkpoint,
+    plan: ConversionPlan,
+    out_dir: Path,
+    started: Identity,
+    out_dtype: torch.dtype | None,
+    verify: bool,
+    tolerance: float,
+) -> tuple[str, Verification | None]:
     """Write (and verify) the new directory beside ``out_dir`` and swap it in; returns (sha256, verification)."""
     try:
         with staged_directory(out_dir) as stage:
@@ -149,8 +187,9 @@ def _write_and_install(checkpoint: Checkpoint, plan: ConversionPlan, out_dir: Pa
             if verify:
                 verification = verify_conversion(checkpoint, plan, stage, out_dtype, tolerance)
                 if not verification.passed:
-                    raise VerificationError(f"verification failed: {verification.failure()}; nothing was "
-                                            f"written", checkpoint.path)
+                    raise VerificationError(
+                        f"verification failed: {verification.failure()}; nothing was written", checkpoint.path
+                    )
             install_directory(stage, out_dir, started, keep_other_files=True)
     except ConcurrentWriteError as err:
         raise ConversionError(str(err)) from None
@@ -163,14 +202,14 @@ def convert(
     src: PathLike,
     out_dir: PathLike,
     source: str = "auto",
-    model: Optional[str] = None,
-    img_size: Union[int, Tuple[int, int], None] = None,
-    dtype: Union[str, torch.dtype, None] = None,
+    model: str | None = None,
+    img_size: int | tuple[int, int] | None = None,
+    dtype: str | torch.dtype | None = None,
     ema: bool = False,
     verify: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
-    num_heads: Optional[int] = None,
-    labels: Union[PathLike, Sequence[str], None] = None,
+    num_heads: int | None = None,
+    labels: PathLike | Sequence[str] | None = None,
     force: bool = False,
     strict: bool = False,
 ) -> ConversionResult:
@@ -216,23 +255,34 @@ def convert(
     with open_checkpoint(src, ema=ema) as checkpoint:
         try:
             fmt, detected = detect_format(checkpoint, source)
-            plan = plan_conversion(checkpoint, fmt, model, img_size, out_dtype, num_heads,
-                                   list(labels) if labels is not None else None)
+            plan = plan_conversion(
+                checkpoint, fmt, model, img_size, out_dtype, num_heads, list(labels) if labels is not None else None
+            )
         except ConversionError as err:
             raise _with_path(err, checkpoint.path) from None
         if strict and plan.arch.assumed:
-            raise ConversionError(f"--strict: nothing records {assumed_text(plan.arch.assumed)}, which would be "
-                                  f"assumed; {how_to_state(plan.arch.assumed)}; nothing was written", checkpoint.path)
+            raise ConversionError(
+                f"--strict: nothing records {assumed_text(plan.arch.assumed)}, which would be "
+                f"assumed; {how_to_state(plan.arch.assumed)}; nothing was written",
+                checkpoint.path,
+            )
         started, created = prepare_out_dir(out_dir, force)
         try:
-            sha256, verification = _write_and_install(checkpoint, plan, out_dir, started, out_dtype,
-                                                      verify, tolerance)
+            sha256, verification = _write_and_install(checkpoint, plan, out_dir, started, out_dtype, verify, tolerance)
         except BaseException:
             remove_empty(created)
             raise
     return ConversionResult(
-        out_dir=requested, source_format=fmt.name, detected=detected, model_name=plan.model_name,
-        model_args=plan.model_args, description=plan.arch.describe(), sha256=sha256, wrapper=checkpoint.wrapper,
-        resampled_from=plan.arch.img_size if plan.resampled else None, verification=verification,
-        heads_note=plan.arch.heads_note, assumed=dict(plan.arch.assumed),
+        out_dir=requested,
+        source_format=fmt.name,
+        detected=detected,
+        model_name=plan.model_name,
+        model_args=plan.model_args,
+        description=plan.arch.describe(),
+        sha256=sha256,
+        wrapper=checkpoint.wrapper,
+        resampled_from=plan.arch.img_size if plan.resampled else None,
+        verification=verification,
+        heads_note=plan.arch.heads_note,
+        assumed=dict(plan.arch.assumed),
     )

@@ -1,10 +1,11 @@
 """``export()``: a scratch model directory -> a stock timm / torchvision state dict or Google's JAX ``.npz``."""
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Union
+from typing import Any
 
 import torch
 
@@ -12,12 +13,12 @@ from ..errors import ConversionError, ModelDirectoryError
 from ..files import PathLike
 from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
 from ..install import ConcurrentWriteError
+from ..models.architecture import describe_model
+from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 from .checkpoint import open_checkpoint
 from .formats import formats
 from .keymap import available
 from .plan import meta_output, parse_dtype
-from ..models.architecture import describe_model
-from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 
 EXPORT_TARGETS = ("timm", "torchvision", "jax")
 
@@ -28,7 +29,7 @@ class ExportResult:
     target: str
     model_name: str
     tensors: int
-    notes: List[str]
+    notes: list[str]
 
 
 def _load_model_dir(model_dir: Path):
@@ -40,14 +41,17 @@ def _load_model_dir(model_dir: Path):
     return config["architecture"], model, model_dir / WEIGHTS_NAME
 
 
-def _refuse_what_the_layout_cannot_hold(model: torch.nn.Module, keys: Set[str], rules: Dict[str, Any], to: str,
-                                        library: str) -> None:
+def _refuse_what_the_layout_cannot_hold(
+    model: torch.nn.Module, keys: set[str], rules: dict[str, Any], to: str, library: str
+) -> None:
     """Never drop part of a model silently: every tensor and every option must have a place in ``to``."""
     unused = sorted(keys - {source for rule in rules.values() for source in rule.sources})
     if unused:
-        raise ConversionError(f"{library}'s ViT layout has no place for {unused[:5]}"
-                              f"{f' ({len(unused)} in all)' if len(unused) > 5 else ''}; "
-                              "export to timm, whose VisionTransformer takes these options")
+        raise ConversionError(
+            f"{library}'s ViT layout has no place for {unused[:5]}"
+            f"{f' ({len(unused)} in all)' if len(unused) > 5 else ''}; "
+            "export to timm, whose VisionTransformer takes these options"
+        )
     if to == "timm":
         return
     act = model.blocks[0].mlp.act
@@ -64,11 +68,12 @@ def refuse_writing_over(model_dir: Path, out: Path) -> None:
     for name in (CONFIG_NAME, WEIGHTS_NAME):
         source = model_dir / name
         if out.resolve() == source.resolve() or (out.exists() and source.exists() and os.path.samefile(out, source)):
-            raise ConversionError(f"is this export's own input ({source}); export to another file (nothing was "
-                                  "written)", out)
+            raise ConversionError(
+                f"is this export's own input ({source}); export to another file (nothing was written)", out
+            )
 
 
-def _failed_write(err: BaseException) -> Optional[OSError]:
+def _failed_write(err: BaseException) -> OSError | None:
     """The OSError behind a failed write: itself, or the one torch.save's writer was handling when it gave up
     with a RuntimeError ("unexpected pos ...", which says nothing of the cause)."""
     while err is not None:
@@ -78,7 +83,7 @@ def _failed_write(err: BaseException) -> Optional[OSError]:
     return None
 
 
-def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.dtype, None] = None) -> ExportResult:
+def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype | None = None) -> ExportResult:
     """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision) or ``.npz`` (jax).
 
     The output format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
@@ -98,8 +103,9 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.
     arch = describe_model(model)
     notes = []
     if to != "timm" and model.global_pool != "token":
-        raise ConversionError(f"{fmt.library} classifies from the class token; this model pools with "
-                              f"global_pool={model.global_pool!r}")
+        raise ConversionError(
+            f"{fmt.library} classifies from the class token; this model pools with global_pool={model.global_pool!r}"
+        )
     if to == "torchvision" and arch.num_classes == 0:
         raise ConversionError("torchvision's VisionTransformer always has a classifier; this model has none")
     if arch.norm_eps != 1e-6:
@@ -108,9 +114,11 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: Union[str, torch.
     with open_checkpoint(weights) as checkpoint:
         keys = set(checkpoint.keys())
         if keys != set(expected):
-            raise ConversionError(f"{WEIGHTS_NAME} does not hold {name}'s tensors (missing "
-                                  f"{sorted(set(expected) - keys)[:5]}, unexpected {sorted(keys - set(expected))[:5]})",
-                                  weights)
+            raise ConversionError(
+                f"{WEIGHTS_NAME} does not hold {name}'s tensors (missing "
+                f"{sorted(set(expected) - keys)[:5]}, unexpected {sorted(keys - set(expected))[:5]})",
+                weights,
+            )
         rules = fmt.export_map(arch, keys)
         _refuse_what_the_layout_cannot_hold(model, keys, rules, to, fmt.library)
         specs = []

@@ -1,16 +1,18 @@
 """What every checkpoint format provides, the registry of formats, and detection by key names."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import ConversionError
+from ..models.architecture import Arch
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, block_indices
-from ..models.architecture import Arch
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 #: what shapes cannot tell about an architecture: a config records them, the format fixes them, or they are assumed
@@ -21,14 +23,15 @@ class Reference:
     """The source model as its own library runs it: logits (None without a classifier) and the
     pre-logit features (what the classifier reads)."""
 
-    def __init__(self, features: Forward, logits: Optional[Forward], description: str) -> None:
+    def __init__(self, features: Forward, logits: Forward | None, description: str) -> None:
         self.features, self.logits, self.description = features, logits, description
 
 
-def classifier_input(model: nn.Module, classifiers: List[nn.Module], forward: Forward) -> Forward:
+def classifier_input(model: nn.Module, classifiers: list[nn.Module], forward: Forward) -> Forward:
     """Pre-logit features of ``model``: the mean of what its ``classifiers`` receive during ``forward(x)``."""
+
     def features(x: torch.Tensor) -> torch.Tensor:
-        seen: List[torch.Tensor] = []
+        seen: list[torch.Tensor] = []
         handles = [c.register_forward_pre_hook(lambda _m, args: seen.append(args[0])) for c in classifiers]
         try:
             forward(x)
@@ -42,6 +45,7 @@ def classifier_input(model: nn.Module, classifiers: List[nn.Module], forward: Fo
 
 def timm_reference(model: nn.Module, description: str) -> Reference:
     """A timm model's reference: its own ``forward_head(pre_logits=True)`` and logits."""
+
     def features(x: torch.Tensor) -> torch.Tensor:
         return model.forward_head(model.forward_features(x), pre_logits=True)
 
@@ -54,9 +58,9 @@ class Resample:
 
     interpolation: str = "bicubic"
     antialias: bool = True
-    align_corners: Optional[bool] = None
+    align_corners: bool | None = None
 
-    def kwargs(self) -> Dict[str, Any]:
+    def kwargs(self) -> dict[str, Any]:
         return dict(interpolation=self.interpolation, antialias=self.antialias, align_corners=self.align_corners)
 
 
@@ -65,8 +69,8 @@ class ReferenceSpec:
     """What a reference (source-library) model must be built for."""
 
     arch: Arch
-    img_size: Tuple[int, int]  # the converted model's input size (the source's, unless resampled)
-    round_to: Optional[torch.dtype] = None  # weights rounded to the output dtype, then computed in fp32
+    img_size: tuple[int, int]  # the converted model's input size (the source's, unless resampled)
+    round_to: torch.dtype | None = None  # weights rounded to the output dtype, then computed in fp32
 
 
 class SourceFormat:
@@ -76,58 +80,58 @@ class SourceFormat:
     library = "?"  # the library that defines the layout, for messages
     reference_name = "?"  # what --verify compares against
     block_pattern = r"^$"  # one group capturing the block number
-    example_keys: Tuple[str, ...] = ()
+    example_keys: tuple[str, ...] = ()
     resample = Resample()
-    export_suffixes: Tuple[str, ...] = ()
+    export_suffixes: tuple[str, ...] = ()
 
-    def detect(self, keys: Set[str]) -> bool:
+    def detect(self, keys: set[str]) -> bool:
         raise NotImplementedError
 
-    def depth(self, keys: Set[str]) -> int:
+    def depth(self, keys: set[str]) -> int:
         indices = block_indices(keys, self.block_pattern)
         missing = sorted(set(range(max(indices) + 1)) - set(indices)) if indices else []
         if missing:
             raise ConversionError(f"missing keys: block(s) {missing} absent while block {max(indices)} is present")
         return len(indices)
 
-    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+    def key_map(self, keys: set[str], depth: int) -> KeyMap:
         raise NotImplementedError
 
-    def ignorable_keys(self, checkpoint: Checkpoint) -> Set[str]:
+    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
         """Keys that are identity for our model and may be dropped; raise for features we cannot hold."""
         return set()
 
-    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+    def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         """Architecture facts shapes cannot give (heads, norm eps, image size), from side configs."""
         return {}
 
-    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+    def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         """Which :data:`ARCH_FACTS` the checkpoint, its side config or the layout itself fixes; the rest are
         assumed (and ``--verify`` cannot confirm them: its reference is built under the same assumption)."""
         return {fact for fact in ARCH_FACTS if fact in hints}
 
-    def options(self, shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Any]:
+    def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         """timm constructor options (``reg_tokens``, ``init_values``, ...) read from our-layout shapes."""
         return {}
 
-    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+    def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
         """pretrained_cfg entries (mean, std, ...) the weights were trained with, when known."""
         return {}
 
-    def label_names(self, checkpoint: Checkpoint) -> Optional[List[str]]:
+    def label_names(self, checkpoint: Checkpoint) -> list[str] | None:
         """The classifier's label names, when the source records them."""
         return None
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> "Reference":
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         """The source model built by its own library, loaded with the checkpoint, in eval mode."""
         raise NotImplementedError
 
     # --- export -------------------------------------------------------------------------------------
-    def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
+    def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         raise ConversionError(f"export to {self.name} is not supported")
 
 
-def round_parameters(module: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
+def round_parameters(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:
     """Round every floating parameter/buffer to ``dtype`` and back, as a conversion to ``dtype`` does."""
     if dtype is not None and dtype != torch.float32:
         with torch.no_grad():
@@ -145,7 +149,7 @@ def without_init(cls: Callable[..., nn.Module], **kwargs: Any) -> nn.Module:
     return model.to_empty(device="cpu")
 
 
-_REGISTRY: Dict[str, SourceFormat] = {}
+_REGISTRY: dict[str, SourceFormat] = {}
 
 
 def register(fmt: SourceFormat) -> SourceFormat:
@@ -153,7 +157,7 @@ def register(fmt: SourceFormat) -> SourceFormat:
     return fmt
 
 
-def formats() -> Dict[str, SourceFormat]:
+def formats() -> dict[str, SourceFormat]:
     from . import jax_format, timm_format, torchvision_format, transformers_format  # noqa: F401  (registers)
 
     return dict(_REGISTRY)
@@ -163,28 +167,33 @@ def formats() -> Dict[str, SourceFormat]:
 SOURCE_NAMES = ("timm", "torchvision", "transformers", "jax")
 
 
-def _sample(keys: Set[str], limit: int = 6) -> str:
+def _sample(keys: set[str], limit: int = 6) -> str:
     ordered = sorted(keys)
     return ", ".join(repr(k) for k in ordered[:limit]) + (", ..." if len(ordered) > limit else "")
 
 
-def detect_format(checkpoint: Checkpoint, requested: str = "auto") -> Tuple[SourceFormat, bool]:
+def detect_format(checkpoint: Checkpoint, requested: str = "auto") -> tuple[SourceFormat, bool]:
     """The checkpoint's format and whether it was detected (True) or given (False)."""
     registry = formats()
     if requested != "auto" and requested not in registry:
-        raise ConversionError(f"unknown source format {requested!r}; expected auto or one of "
-                              f"{', '.join(SOURCE_NAMES)}")
+        raise ConversionError(f"unknown source format {requested!r}; expected auto or one of {', '.join(SOURCE_NAMES)}")
     keys = set(checkpoint.keys())
-    found: List[SourceFormat] = [fmt for fmt in registry.values() if fmt.detect(keys)]
+    found: list[SourceFormat] = [fmt for fmt in registry.values() if fmt.detect(keys)]
     if requested == "auto":
         if len(found) == 1:
             return found[0], True
         expected = "; ".join(f"{f.name}: {', '.join(f.example_keys)}" for f in registry.values())
-        raise ConversionError(f"cannot tell the checkpoint format from its keys ({_sample(keys)}); expected the "
-                              f"keys of one of — {expected}. Pass --from to say which", checkpoint.path)
+        raise ConversionError(
+            f"cannot tell the checkpoint format from its keys ({_sample(keys)}); expected the "
+            f"keys of one of — {expected}. Pass --from to say which",
+            checkpoint.path,
+        )
     fmt = registry[requested]
     if fmt not in found:
         seen = f" (its keys look like {found[0].name})" if found else ""
-        raise ConversionError(f"--from {requested}: the keys are not {fmt.library}'s ViT layout{seen}; expected keys "
-                              f"such as {', '.join(fmt.example_keys)}, found {_sample(keys)}", checkpoint.path)
+        raise ConversionError(
+            f"--from {requested}: the keys are not {fmt.library}'s ViT layout{seen}; expected keys "
+            f"such as {', '.join(fmt.example_keys)}, found {_sample(keys)}",
+            checkpoint.path,
+        )
     return fmt, False

@@ -5,18 +5,28 @@ as their own axis (query/key/value (D, heads, head_dim), out (heads, head_dim, D
 the number of heads; the patch convolution is (ph, pw, in, out). Older checkpoints nest everything
 under ``opt/target/``, which the reader strips.
 """
+
 from __future__ import annotations
 
-from typing import Any, Dict, Set
+from typing import Any
 
 import torch
 
 from ..errors import ConversionError
+from ..models.architecture import Arch
 from .checkpoint import Checkpoint
-from .formats import Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init
+from .formats import (
+    Reference,
+    ReferenceSpec,
+    Resample,
+    SourceFormat,
+    register,
+    round_parameters,
+    timm_reference,
+    without_init,
+)
 from .keymap import KeyMap, Rule, identity, transpose
 from .timm_format import representation_head
-from ..models.architecture import Arch
 
 BLOCK = "Transformer/encoderblock_{}/"
 ATTN = "MultiHeadDotProductAttention_1/"
@@ -47,15 +57,19 @@ class JaxFormat(SourceFormat):
     library = "Google's JAX/Flax ViT"
     reference_name = "timm's VisionTransformer filled by timm's .npz loader"
     block_pattern = r"^Transformer/encoderblock_(\d+)/"
-    example_keys = ("embedding/kernel", "cls", "Transformer/posembed_input/pos_embedding",
-                    "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
+    example_keys = (
+        "embedding/kernel",
+        "cls",
+        "Transformer/posembed_input/pos_embedding",
+        "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel",
+    )
     resample = Resample("bilinear", antialias=False)  # timm's npz loader
     export_suffixes = (".npz",)
 
-    def detect(self, keys: Set[str]) -> bool:
+    def detect(self, keys: set[str]) -> bool:
         return "embedding/kernel" in keys and "Transformer/posembed_input/pos_embedding" in keys
 
-    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+    def key_map(self, keys: set[str], depth: int) -> KeyMap:
         rules: KeyMap = {
             "patch_embed.proj.weight": Rule(("embedding/kernel",), conv_from_flax),
             "patch_embed.proj.bias": Rule.rename("embedding/bias"),
@@ -75,7 +89,8 @@ class JaxFormat(SourceFormat):
                 rules[f"{dst}{ours}.bias"] = Rule.rename(f"{src}{theirs}/bias")
             for part, ours in (("kernel", "weight"), ("bias", "bias")):
                 rules[f"{dst}attn.qkv.{ours}"] = Rule(
-                    tuple(f"{src}{ATTN}{n}/{part}" for n in ("query", "key", "value")), qkv_from_flax)
+                    tuple(f"{src}{ATTN}{n}/{part}" for n in ("query", "key", "value")), qkv_from_flax
+                )
             for layer, theirs in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
                 rules[f"{dst}mlp.{layer}.weight"] = Rule((f"{src}{MLP}{theirs}/kernel",), transpose)
                 rules[f"{dst}mlp.{layer}.bias"] = Rule.rename(f"{src}{MLP}{theirs}/bias")
@@ -83,13 +98,13 @@ class JaxFormat(SourceFormat):
             rules[f"{dst}attn.proj.bias"] = Rule.rename(f"{src}{ATTN}out/bias")
         return rules
 
-    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+    def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         query = BLOCK.format(0) + ATTN + "query/kernel"
         if query in keys and len(checkpoint.shape(query)) == 3:
             return {"num_heads": checkpoint.shape(query)[1]}
         return {}
 
-    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+    def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         # Google's ViT code has one activation (GELU) and one LayerNorm eps (1e-6); the query kernel's
         # (dim, heads, head_dim) shape gives the head count
         return super().recorded_facts(checkpoint, hints) | {"act_layer", "norm_eps"}
@@ -100,9 +115,16 @@ class JaxFormat(SourceFormat):
 
         arch = spec.arch
         model = without_init(
-            VisionTransformer, img_size=spec.img_size, patch_size=arch.patch_size, in_chans=arch.in_chans,
-            num_classes=0 if arch.representation_size else arch.num_classes, embed_dim=arch.embed_dim,
-            depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_ratio, qkv_bias=True,
+            VisionTransformer,
+            img_size=spec.img_size,
+            patch_size=arch.patch_size,
+            in_chans=arch.in_chans,
+            num_classes=0 if arch.representation_size else arch.num_classes,
+            embed_dim=arch.embed_dim,
+            depth=arch.depth,
+            num_heads=arch.num_heads,
+            mlp_ratio=arch.mlp_ratio,
+            qkv_bias=True,
         )
         model.load_pretrained(str(checkpoint.path))
         round_parameters(model.eval(), spec.round_to)
@@ -111,27 +133,37 @@ class JaxFormat(SourceFormat):
         # timm's loader no longer reads the representation layer; apply the file's own arrays
         has_head = "head/kernel" in checkpoint
         return representation_head(
-            model, checkpoint.tensor("pre_logits/kernel").t(), checkpoint.tensor("pre_logits/bias"),
+            model,
+            checkpoint.tensor("pre_logits/kernel").t(),
+            checkpoint.tensor("pre_logits/bias"),
             checkpoint.tensor("head/kernel").t() if has_head else None,
-            checkpoint.tensor("head/bias") if has_head else None, spec.round_to,
-            self.reference_name + " + the file's representation layer")
+            checkpoint.tensor("head/bias") if has_head else None,
+            spec.round_to,
+            self.reference_name + " + the file's representation layer",
+        )
 
-    def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
+    def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         if arch.distilled:
-            raise ConversionError("Google's JAX ViT layout has no distillation token; a distilled DeiT cannot be "
-                                  "exported to it (export to timm instead)")
+            raise ConversionError(
+                "Google's JAX ViT layout has no distillation token; a distilled DeiT cannot be "
+                "exported to it (export to timm instead)"
+            )
         dim, heads = arch.embed_dim, arch.num_heads
         head_dim = dim // heads
 
         def qkv_to_flax(index: int, kernel: bool):
             # rows index*D:(index+1)*D of our qkv -> a (D, heads, head_dim) kernel or a (heads, head_dim) bias
             if kernel:
-                return lambda w: w[index * dim:(index + 1) * dim].t().reshape(dim, heads, head_dim)
-            return lambda b: b[index * dim:(index + 1) * dim].reshape(heads, head_dim)
+                return lambda w: w[index * dim : (index + 1) * dim].t().reshape(dim, heads, head_dim)
+            return lambda b: b[index * dim : (index + 1) * dim].reshape(heads, head_dim)
 
         # the import map names every pair once; each of its tensor operations is undone here
-        undo = {identity: identity, transpose: transpose, conv_from_flax: conv_to_flax,
-                out_from_flax: lambda w: w.t().reshape(heads, head_dim, dim)}
+        undo = {
+            identity: identity,
+            transpose: transpose,
+            conv_from_flax: conv_to_flax,
+            out_from_flax: lambda w: w.t().reshape(heads, head_dim, dim),
+        }
         rules: KeyMap = {}
         for ours, rule in self.key_map(set(), arch.depth).items():
             if ours not in keys and ours.startswith(("pre_logits.", "head.")):

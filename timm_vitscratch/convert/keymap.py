@@ -4,11 +4,12 @@ A converter is a ``Dict[str, Rule]``: target name -> the source names it reads a
 operation combining them (identity for a rename). Running the operations on ``meta`` tensors gives
 every output shape before a single byte is read, which is what lets the writer stream.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Callable, Collection, Dict, Iterable, List, Tuple
 
 import torch
 
@@ -32,14 +33,14 @@ def transpose(tensor: torch.Tensor) -> torch.Tensor:
 class Rule:
     """One target tensor: ``op(*[source[k] for k in sources])``."""
 
-    sources: Tuple[str, ...]
+    sources: tuple[str, ...]
     op: Op = identity
 
     @classmethod
-    def rename(cls, source: str) -> "Rule":
+    def rename(cls, source: str) -> Rule:
         return cls((source,))
 
-    def then(self, after: Op) -> "Rule":
+    def then(self, after: Op) -> Rule:
         """This rule followed by another tensor operation."""
         first = self.op
         return Rule(self.sources, lambda *tensors: after(first(*tensors)))
@@ -48,7 +49,7 @@ class Rule:
         return self.op is identity and len(self.sources) == 1
 
 
-KeyMap = Dict[str, Rule]
+KeyMap = dict[str, Rule]
 
 
 def weight_and_bias(rules: KeyMap, target: str, source: str) -> None:
@@ -67,7 +68,7 @@ def invert_renames(rules: KeyMap) -> KeyMap:
     return inverse
 
 
-def block_indices(keys: Iterable[str], pattern: str) -> List[int]:
+def block_indices(keys: Iterable[str], pattern: str) -> list[int]:
     """Sorted distinct block numbers in ``keys`` (``pattern`` has one group capturing the number)."""
     compiled = re.compile(pattern)
     found = set()

@@ -11,13 +11,13 @@ are clean file pages: touching them again just reads the file again). This is on
 to address ranges that ``/proc/self/maps`` shows belong to the checkpoint file's own mapping, so
 anonymous memory (which ``MADV_DONTNEED`` would zero) is never touched.
 """
+
 from __future__ import annotations
 
 import ctypes
 import mmap
 import os
 import sys
-from typing import List, Tuple
 
 import torch
 
@@ -40,7 +40,7 @@ def _libc_madvise():
 _MADVISE = _libc_madvise()
 
 
-def _whole_pages(start: int, length: int) -> Tuple[int, int]:
+def _whole_pages(start: int, length: int) -> tuple[int, int]:
     """The whole pages strictly inside ``[start, start + length)``: neighbours may be still in use."""
     page = mmap.PAGESIZE
     return -(-start // page) * page, (start + length) // page * page
@@ -53,7 +53,7 @@ def release_mapped_range(mapping: mmap.mmap, start: int, length: int) -> None:
         mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
-def file_mappings(path: str) -> List[Tuple[int, int]]:
+def file_mappings(path: str) -> list[tuple[int, int]]:
     """Address ranges this process has mapped from ``path`` (Linux; empty elsewhere)."""
     target = os.path.realpath(path)
     ranges = []

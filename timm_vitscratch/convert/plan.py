@@ -5,25 +5,26 @@ that rebuild it exactly), and for every tensor of our model the source keys and 
 it, with its final shape and dtype. Missing keys, unexpected keys and shapes that do not fit are
 all reported here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
 from ..errors import ConversionError, ModelArgsError
+from ..models.architecture import Arch
 from ..models.build import build_on_meta
 from ..models.layers import to_2tuple
 from ..models.model_args import check_option
+from ..tensor_writer import TensorSpec
 from .checkpoint import Checkpoint
 from .formats import SourceFormat
 from .keymap import KeyMap, Rule, available
-from ..models.architecture import Arch
 from .shape_inference import choose_variant, infer_arch, model_args, settle_heads
-from ..tensor_writer import TensorSpec
 
 #: the dtypes weights can be written in (``--dtype``)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -40,15 +41,15 @@ class ConversionPlan:
     fmt: SourceFormat
     arch: Arch
     model_name: str
-    model_args: Dict[str, Any]
-    img_size: Tuple[int, int]
+    model_args: dict[str, Any]
+    img_size: tuple[int, int]
     meta_model: nn.Module
-    targets: List[Target]
-    ignored: Set[str] = field(default_factory=set)
-    label_names: Optional[List[str]] = None
+    targets: list[Target]
+    ignored: set[str] = field(default_factory=set)
+    label_names: list[str] | None = None
 
     @property
-    def specs(self) -> List[TensorSpec]:
+    def specs(self) -> list[TensorSpec]:
         return [t.spec for t in self.targets]
 
     @property
@@ -56,7 +57,7 @@ class ConversionPlan:
         return tuple(self.img_size) != tuple(self.arch.img_size)
 
 
-def parse_dtype(dtype: Any) -> Optional[torch.dtype]:
+def parse_dtype(dtype: Any) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         if dtype is not None and dtype not in DTYPES.values():
             raise ConversionError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
@@ -66,7 +67,7 @@ def parse_dtype(dtype: Any) -> Optional[torch.dtype]:
     return DTYPES[dtype]
 
 
-def _pair(size: Any) -> Optional[Tuple[int, int]]:
+def _pair(size: Any) -> tuple[int, int] | None:
     if size is None:
         return None
     try:
@@ -75,7 +76,7 @@ def _pair(size: Any) -> Optional[Tuple[int, int]]:
         raise ConversionError(str(err)) from None
 
 
-def _list(keys: List[str], limit: int = 5) -> str:
+def _list(keys: list[str], limit: int = 5) -> str:
     shown = ", ".join(repr(k) for k in keys[:limit])
     return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
@@ -89,25 +90,33 @@ def meta_output(rule: Rule, checkpoint: Checkpoint, target: str) -> torch.Tensor
         raise ConversionError(f"cannot make {target!r} from {shapes}: the shapes do not fit ({err})") from None
 
 
-def _resampler(fmt: SourceFormat, arch: Arch, img_size: Tuple[int, int]):
+def _resampler(fmt: SourceFormat, arch: Arch, img_size: tuple[int, int]):
     grid = [img_size[0] // arch.patch_size, img_size[1] // arch.patch_size]
 
     def resample(pos: torch.Tensor) -> torch.Tensor:
-        return resample_abs_pos_embed(pos, new_size=grid, old_size=list(arch.grid),
-                                      num_prefix_tokens=arch.pos_prefix_tokens, **fmt.resample.kwargs())
+        return resample_abs_pos_embed(
+            pos,
+            new_size=grid,
+            old_size=list(arch.grid),
+            num_prefix_tokens=arch.pos_prefix_tokens,
+            **fmt.resample.kwargs(),
+        )
 
     return resample
 
 
-def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> Tuple[Arch, KeyMap, Set[str]]:
+def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> tuple[Arch, KeyMap, set[str]]:
     """The architecture a checkpoint holds (heads as far as the source says), its key map, and the keys
     that may be dropped."""
     keys = set(checkpoint.keys())
     ignored = fmt.ignorable_keys(checkpoint)
     depth = fmt.depth(keys)
     rules: KeyMap = fmt.key_map(keys, depth)
-    shapes = {target: tuple(meta_output(rule, checkpoint, target).shape)
-              for target, rule in rules.items() if available(rule, keys)}
+    shapes = {
+        target: tuple(meta_output(rule, checkpoint, target).shape)
+        for target, rule in rules.items()
+        if available(rule, keys)
+    }
     sources = {target: rule.sources for target, rule in rules.items()}
     hints = checked_hints(fmt.hints(checkpoint, keys))
     arch = infer_arch(shapes, depth, hints, sources, fmt.options(shapes), fmt.recorded_facts(checkpoint, hints))
@@ -115,12 +124,19 @@ def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> Tuple[Arch, KeyMap, 
 
 
 #: architecture facts a side file may state, and the model option whose bounds each must keep
-HINT_OPTIONS = {"num_heads": "num_heads", "img_size": "img_size", "norm_eps": "norm_eps", "act_layer": "act_layer",
-                "depth": "depth", "embed_dim": "embed_dim", "num_classes": "num_classes",
-                "representation_size": "representation_size"}
+HINT_OPTIONS = {
+    "num_heads": "num_heads",
+    "img_size": "img_size",
+    "norm_eps": "norm_eps",
+    "act_layer": "act_layer",
+    "depth": "depth",
+    "embed_dim": "embed_dim",
+    "num_classes": "num_classes",
+    "representation_size": "representation_size",
+}
 
 
-def checked_hints(hints: Dict[str, Any]) -> Dict[str, Any]:
+def checked_hints(hints: dict[str, Any]) -> dict[str, Any]:
     """A format's side-file facts, each inside the bounds a config's own option has (a side file is data)."""
     where = hints.get("stated_by", "the config beside the weights")
     try:
@@ -133,9 +149,15 @@ def checked_hints(hints: Dict[str, Any]) -> Dict[str, Any]:
 TAG_PROVENANCE = ("tag", "description", "origin_url", "paper_ids", "paper_name", "notes", "license")
 
 
-def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[str] = None,
-                    img_size: Any = None, dtype: Optional[torch.dtype] = None,
-                    num_heads: Optional[int] = None, label_names: Optional[List[str]] = None) -> ConversionPlan:
+def plan_conversion(
+    checkpoint: Checkpoint,
+    fmt: SourceFormat,
+    model: str | None = None,
+    img_size: Any = None,
+    dtype: torch.dtype | None = None,
+    num_heads: int | None = None,
+    label_names: list[str] | None = None,
+) -> ConversionPlan:
     keys = set(checkpoint.keys())
     arch, rules, ignored = read_arch(checkpoint, fmt)
     name = choose_variant(arch, model)
@@ -150,8 +172,9 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
     overlay = {**dict.fromkeys(TAG_PROVENANCE), **fmt.preprocessing(checkpoint)}
     labels = label_names if label_names is not None else fmt.label_names(checkpoint)
     if labels is not None and len(labels) != arch.num_classes:
-        raise ConversionError(f"{len(labels)} label names for a classifier of {arch.num_classes} classes; expected "
-                              f"one per class")
+        raise ConversionError(
+            f"{len(labels)} label names for a classifier of {arch.num_classes} classes; expected one per class"
+        )
     try:
         meta_model = build_on_meta(name, pretrained_cfg_overlay=overlay, **args)
     except (ValueError, TypeError) as err:
@@ -167,21 +190,36 @@ def plan_conversion(checkpoint: Checkpoint, fmt: SourceFormat, model: Optional[s
             rule = rule.then(_resampler(fmt, arch, target_size))
         out = meta_output(rule, checkpoint, target)
         if not out.dtype.is_floating_point:
-            raise ConversionError(f"{_list(list(rule.sources))} is {str(out.dtype).replace('torch.', '')}; weights must "
-                                  f"be floating point (float32, float16, bfloat16 or float64)", checkpoint.path)
+            raise ConversionError(
+                f"{_list(list(rule.sources))} is {str(out.dtype).replace('torch.', '')}; weights must "
+                f"be floating point (float32, float16, bfloat16 or float64)",
+                checkpoint.path,
+            )
         if tuple(out.shape) != tuple(expected.shape):
-            raise ConversionError(f"{_list(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "
-                                  f"{name} ({arch.describe()}) needs {tuple(expected.shape)} for {target!r}")
+            raise ConversionError(
+                f"{_list(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "
+                f"{name} ({arch.describe()}) needs {tuple(expected.shape)} for {target!r}"
+            )
         out_dtype = dtype if dtype is not None and out.dtype.is_floating_point else out.dtype
         targets.append(Target(TensorSpec(target, tuple(expected.shape), out_dtype), rule))
     if missing:
-        raise ConversionError(f"missing keys for a {name} in {fmt.name} layout: {_list(sorted(set(missing)))}",
-                              checkpoint.path)
+        raise ConversionError(
+            f"missing keys for a {name} in {fmt.name} layout: {_list(sorted(set(missing)))}", checkpoint.path
+        )
     used = {s for t in targets for s in t.rule.sources} | ignored
     unexpected = sorted(keys - used)
     if unexpected:
-        raise ConversionError(f"unexpected keys (no place for them in {name}, {arch.describe()}): "
-                              f"{_list(unexpected)}", checkpoint.path)
-    return ConversionPlan(fmt, arch, name, args, tuple(target_size), meta_model, targets, ignored,
-                          list(labels) if labels is not None else None)
-
+        raise ConversionError(
+            f"unexpected keys (no place for them in {name}, {arch.describe()}): {_list(unexpected)}", checkpoint.path
+        )
+    return ConversionPlan(
+        fmt,
+        arch,
+        name,
+        args,
+        tuple(target_size),
+        meta_model,
+        targets,
+        ignored,
+        list(labels) if labels is not None else None,
+    )

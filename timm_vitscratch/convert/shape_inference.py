@@ -5,11 +5,14 @@ whatever differs from it (depth, width, heads, MLP ratio, patch, image size, the
 recorded as ``model_args``. The facts are an :class:`~timm_vitscratch.models.architecture.Arch`, the
 same record :func:`~timm_vitscratch.models.architecture.describe_model` gives for a built model.
 """
+
 from __future__ import annotations
 
 import inspect
 import math
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 from ..errors import ConversionError
 from ..models.architecture import DEFAULT_NORM_EPS, Arch, Shape
@@ -20,7 +23,7 @@ from ..models.variants import ARCHITECTURES
 HEAD_DIM = 64
 
 
-def _need(shapes: Mapping[str, Shape], key: str, what: str, sources: Mapping[str, Tuple[str, ...]]) -> Shape:
+def _need(shapes: Mapping[str, Shape], key: str, what: str, sources: Mapping[str, tuple[str, ...]]) -> Shape:
     if key not in shapes:
         names = ", ".join(repr(s) for s in sources.get(key, (key,)))
         raise ConversionError(f"missing key: no {what} ({names})")
@@ -32,8 +35,12 @@ def _no_variant(problem: str) -> ConversionError:
 
 
 def infer_arch(
-    shapes: Mapping[str, Shape], depth: int, hints: Mapping[str, Any], sources: Mapping[str, Tuple[str, ...]],
-    options: Optional[Mapping[str, Any]] = None, recorded: Optional[AbstractSet[str]] = None,
+    shapes: Mapping[str, Shape],
+    depth: int,
+    hints: Mapping[str, Any],
+    sources: Mapping[str, tuple[str, ...]],
+    options: Mapping[str, Any] | None = None,
+    recorded: AbstractSet[str] | None = None,
 ) -> Arch:
     """Architecture from our-layout shapes (``sources`` names the source keys for error messages).
 
@@ -53,24 +60,39 @@ def infer_arch(
         stated = hints.get(fact)
         if stated is not None and stated != found:
             what = f"{found} blocks" if fact == "depth" else f"a width of {found}"
-            raise ConversionError(f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {stated}, but "
-                                  f"its weights hold {what}: tensors are missing or the config is not this model's")
+            raise ConversionError(
+                f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {stated}, but "
+                f"its weights hold {what}: tensors are missing or the config is not this model's"
+            )
     qkv = _need(shapes, "blocks.0.attn.qkv.weight", "attention projection in block 0", sources)
     if tuple(qkv) != (3 * embed_dim, embed_dim):
-        raise _no_variant(f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for "
-                          f"embed_dim {embed_dim}")
+        raise _no_variant(
+            f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for embed_dim {embed_dim}"
+        )
     fc1 = _need(shapes, "blocks.0.mlp.fc1.weight", "MLP in block 0", sources)
     if len(fc1) != 2 or fc1[1] != embed_dim:
         raise _no_variant(f"MLP input projection is {fc1}, expected (hidden, {embed_dim})")
     distilled = "dist_token" in shapes
-    arch = Arch(patch_size=patch_size, embed_dim=embed_dim, depth=depth, num_heads=hints.get("num_heads"),
-                in_chans=in_chans, grid=(0, 0), num_classes=0, representation_size=None, distilled=distilled,
-                mlp_hidden=fc1[0], norm_eps=hints.get("norm_eps", DEFAULT_NORM_EPS), options=options)
+    arch = Arch(
+        patch_size=patch_size,
+        embed_dim=embed_dim,
+        depth=depth,
+        num_heads=hints.get("num_heads"),
+        in_chans=in_chans,
+        grid=(0, 0),
+        num_classes=0,
+        representation_size=None,
+        distilled=distilled,
+        mlp_hidden=fc1[0],
+        norm_eps=hints.get("norm_eps", DEFAULT_NORM_EPS),
+        options=options,
+    )
     pos = _need(shapes, "pos_embed", "position embedding", sources)
     if len(pos) != 3 or pos[0] != 1 or pos[2] != embed_dim:
         raise _no_variant(f"position embedding is {pos}, expected (1, tokens, {embed_dim})")
-    arch.grid = _grid(pos[1] - arch.pos_prefix_tokens, hints.get("img_size"), patch_size, arch.pos_prefix_tokens,
-                      pos[1])
+    arch.grid = _grid(
+        pos[1] - arch.pos_prefix_tokens, hints.get("img_size"), patch_size, arch.pos_prefix_tokens, pos[1]
+    )
     if "pre_logits.fc.weight" in shapes:
         rep_shape = shapes["pre_logits.fc.weight"]
         if len(rep_shape) != 2 or rep_shape[1] != embed_dim:
@@ -84,8 +106,10 @@ def infer_arch(
         arch.num_classes = head[0]
     for fact in ("num_classes", "representation_size"):
         if fact in hints and hints[fact] != getattr(arch, fact):
-            raise ConversionError(f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {hints[fact]}, "
-                                  f"but its weights have {getattr(arch, fact)}: the config is not this model's")
+            raise ConversionError(
+                f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {hints[fact]}, "
+                f"but its weights have {getattr(arch, fact)}: the config is not this model's"
+            )
     if int(embed_dim * arch.mlp_ratio) != arch.mlp_hidden:
         raise _no_variant(f"MLP width {arch.mlp_hidden} is not a ratio of embed_dim {embed_dim} the model rebuilds")
     recorded = set(hints) if recorded is None else recorded
@@ -95,30 +119,36 @@ def infer_arch(
     return arch
 
 
-def _grid(num_patches: int, img_size: Any, patch_size: int, prefix: int, tokens: int) -> Tuple[int, int]:
+def _grid(num_patches: int, img_size: Any, patch_size: int, prefix: int, tokens: int) -> tuple[int, int]:
     if img_size is not None:
         height, width = to_2tuple(img_size, "img_size")
         grid = (height // patch_size, width // patch_size)
         if grid[0] * grid[1] == num_patches:
             return grid
-        raise _no_variant(f"position embedding has {num_patches} patch positions, but the side config's image size "
-                          f"{height}x{width} at patch {patch_size} needs {grid[0] * grid[1]}")
+        raise _no_variant(
+            f"position embedding has {num_patches} patch positions, but the side config's image size "
+            f"{height}x{width} at patch {patch_size} needs {grid[0] * grid[1]}"
+        )
     side = math.isqrt(max(num_patches, 0))
     if num_patches < 1 or side * side != num_patches:
         raise _no_variant(
             f"position embedding has {tokens} positions, which is not {prefix} prefix token(s) plus a square "
-            f"patch grid; give the image size of a non-square model in its config")
+            f"patch grid; give the image size of a non-square model in its config"
+        )
     return side, side
 
 
-def _constructor_defaults() -> Dict[str, Any]:
+def _constructor_defaults() -> dict[str, Any]:
     from ..models.vision_transformer import VisionTransformer
 
-    return {name: p.default for name, p in inspect.signature(VisionTransformer.__init__).parameters.items()
-            if p.default is not inspect.Parameter.empty}
+    return {
+        name: p.default
+        for name, p in inspect.signature(VisionTransformer.__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
 
 
-def variant_args(name: str) -> Dict[str, Any]:
+def variant_args(name: str) -> dict[str, Any]:
     """The constructor arguments registered variant ``name`` is built with (its table entry over the defaults)."""
     return {**_constructor_defaults(), **ARCHITECTURES[name]}
 
@@ -132,22 +162,28 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _distance(name: str, arch: Arch) -> Tuple[int, ...]:
+def _distance(name: str, arch: Arch) -> tuple[int, ...]:
     spec = variant_args(name)
-    return (spec["embed_dim"] != arch.embed_dim, spec["patch_size"] != arch.patch_size, abs(spec["depth"] - arch.depth),
-            (spec.get("representation_size") or 0) != (arch.representation_size or 0),
-            abs(spec["embed_dim"] - arch.embed_dim))
+    return (
+        spec["embed_dim"] != arch.embed_dim,
+        spec["patch_size"] != arch.patch_size,
+        abs(spec["depth"] - arch.depth),
+        (spec.get("representation_size") or 0) != (arch.representation_size or 0),
+        abs(spec["embed_dim"] - arch.embed_dim),
+    )
 
 
 def _spec_text(name: str) -> str:
     spec = variant_args(name)
     rep = spec.get("representation_size")
-    return (f"patch {spec['patch_size']}, embed_dim {spec['embed_dim']}, depth {spec['depth']}, heads "
-            f"{spec['num_heads']}, {f'representation {rep}' if rep else 'no representation layer'}, "
-            f"{'distilled' if spec.get('distilled') else 'not distilled'}")
+    return (
+        f"patch {spec['patch_size']}, embed_dim {spec['embed_dim']}, depth {spec['depth']}, heads "
+        f"{spec['num_heads']}, {f'representation {rep}' if rep else 'no representation layer'}, "
+        f"{'distilled' if spec.get('distilled') else 'not distilled'}"
+    )
 
 
-def choose_variant(arch: Arch, requested: Optional[str] = None) -> str:
+def choose_variant(arch: Arch, requested: str | None = None) -> str:
     """The registered variant to build ``arch`` from: the closest one (same distillation, then same width,
     patch, depth), or ``requested`` after checking that it is the same family (width, patch, distillation)."""
     family = [n for n in ARCHITECTURES if bool(variant_args(n).get("distilled")) == arch.distilled]
@@ -157,15 +193,19 @@ def choose_variant(arch: Arch, requested: Optional[str] = None) -> str:
             raise ConversionError(f"unknown model {requested!r}; registered: {', '.join(ARCHITECTURES)}")
         spec = variant_args(requested)
         if (spec["embed_dim"], spec["patch_size"], bool(spec.get("distilled"))) != (
-                arch.embed_dim, arch.patch_size, arch.distilled):
+            arch.embed_dim,
+            arch.patch_size,
+            arch.distilled,
+        ):
             raise ConversionError(
                 f"--model {requested} does not match the checkpoint: {requested} is {_spec_text(requested)}; the "
-                f"checkpoint has {arch.describe()} (closest: {closest})")
+                f"checkpoint has {arch.describe()} (closest: {closest})"
+            )
         return requested
     return closest
 
 
-def settle_heads(arch: Arch, name: str, requested: Optional[int] = None) -> None:
+def settle_heads(arch: Arch, name: str, requested: int | None = None) -> None:
     """Fill ``arch.num_heads``: ``requested`` (``--num-heads``) wins, then what the source said, then an
     assumption that is recorded in ``arch.heads_note``."""
     if requested is not None:
@@ -179,45 +219,54 @@ def settle_heads(arch: Arch, name: str, requested: Optional[int] = None) -> None
     spec = variant_args(name)
     if spec["embed_dim"] == arch.embed_dim:
         arch.num_heads = spec["num_heads"]
-        arch.heads_note = (f"heads: {arch.num_heads}, assumed from {name} (the checkpoint does not say); "
-                           f"pass --num-heads N if it used another count")
+        arch.heads_note = (
+            f"heads: {arch.num_heads}, assumed from {name} (the checkpoint does not say); "
+            f"pass --num-heads N if it used another count"
+        )
     else:
         arch.num_heads = max(1, arch.embed_dim // HEAD_DIM) if arch.embed_dim % HEAD_DIM == 0 else 1
-        arch.heads_note = (f"heads: {arch.num_heads}, assumed ({HEAD_DIM}-wide heads; the checkpoint does not say); "
-                           f"pass --num-heads N if it used another count")
+        arch.heads_note = (
+            f"heads: {arch.num_heads}, assumed ({HEAD_DIM}-wide heads; the checkpoint does not say); "
+            f"pass --num-heads N if it used another count"
+        )
     arch.assumed = {"num_heads": arch.num_heads, **arch.assumed}
 
 
 def assumed_text(assumed: Mapping[str, Any]) -> str:
     """``heads=6, act_layer=gelu, norm_eps=1e-06``: assumed facts as the messages show them."""
     shown = {"num_heads": "heads"}
-    return ", ".join(f"{shown.get(fact, fact)}={value:g}" if isinstance(value, float) else
-                     f"{shown.get(fact, fact)}={value}" for fact, value in assumed.items())
+    return ", ".join(
+        f"{shown.get(fact, fact)}={value:g}" if isinstance(value, float) else f"{shown.get(fact, fact)}={value}"
+        for fact, value in assumed.items()
+    )
 
 
 def how_to_state(assumed: Mapping[str, Any]) -> str:
     """How a user gives the facts in ``assumed`` instead."""
     ways = ["pass --num-heads"] if "num_heads" in assumed else []
-    ways.append("convert a directory holding the weights and the source's config.json (or a train.py checkpoint "
-                "with its args)")
+    ways.append(
+        "convert a directory holding the weights and the source's config.json (or a train.py checkpoint with its args)"
+    )
     return " or ".join(ways)
 
 
-def assumption_notes(heads_note: Optional[str], assumed: Mapping[str, Any]) -> List[str]:
+def assumption_notes(heads_note: str | None, assumed: Mapping[str, Any]) -> list[str]:
     """One line per kind of assumption ``convert`` made (empty when the source recorded every fact)."""
     notes = [heads_note] if heads_note else []
     rest = {fact: value for fact, value in assumed.items() if fact != "num_heads"}
     if rest:
-        notes.append(f"{assumed_text(rest)}: assumed, timm's defaults (no config says); if the model used others, "
-                     f"convert the directory holding the weights and the source's config.json")
+        notes.append(
+            f"{assumed_text(rest)}: assumed, timm's defaults (no config says); if the model used others, "
+            f"convert the directory holding the weights and the source's config.json"
+        )
     return notes
 
 
-def model_args(arch: Arch, name: str, img_size: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
+def model_args(arch: Arch, name: str, img_size: tuple[int, int] | None = None) -> dict[str, Any]:
     """The ``timm.create_model`` arguments that rebuild exactly this architecture from variant ``name``:
     ``num_classes`` and every architecture argument that differs from the variant's."""
     base = variant_args(name)
-    args: Dict[str, Any] = {"num_classes": arch.num_classes}
+    args: dict[str, Any] = {"num_classes": arch.num_classes}
     for key, value in arch.constructor_args(img_size).items():
         if not _same(value, base.get(key)):
             args[key] = value

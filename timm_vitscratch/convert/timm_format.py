@@ -5,24 +5,32 @@ qk-norm, ``map`` pooling, no class token) are read from key names and shapes and
 ``model_args``, when the model can express them. Features it cannot hold are refused by name. Heads
 come from a timm ``config.json`` beside the weights or a train.py checkpoint's ``args``.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from functools import partial
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 import torch
 
 from ..errors import ConversionError, ModelArgsError
+from ..models.architecture import Arch
 from ..models.model_args import check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
 from .checkpoint import Checkpoint
 from .formats import (
-    Reference, ReferenceSpec, Resample, SourceFormat, register, round_parameters, timm_reference, without_init,
+    Reference,
+    ReferenceSpec,
+    Resample,
+    SourceFormat,
+    register,
+    round_parameters,
+    timm_reference,
+    without_init,
 )
 from .keymap import KeyMap, Rule
-from ..models.architecture import Arch
 from .shape_inference import _constructor_defaults
 
 #: key patterns of timm ViT features -> (the constructor option that holds them, what the feature is)
@@ -42,15 +50,25 @@ LAYER_SCALE = re.compile(r"^blocks\.\d+\.(ls[12]\.gamma|gamma_[12])$")
 #: init_values recorded for a LayerScale checkpoint: any value builds the gammas, which are then loaded
 LAYER_SCALE_INIT = 1e-5
 #: preprocessing fields of a timm config.json's pretrained_cfg that a re-conversion keeps
-KEPT_CFG = ("mean", "std", "interpolation", "crop_pct", "crop_mode", "license", "origin_url", "paper_ids",
-            "paper_name", "notes")
+KEPT_CFG = (
+    "mean",
+    "std",
+    "interpolation",
+    "crop_pct",
+    "crop_mode",
+    "license",
+    "origin_url",
+    "paper_ids",
+    "paper_name",
+    "notes",
+)
 
 
 def _is_square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
 
 
-def _act_name(module: torch.nn.Module) -> Optional[str]:
+def _act_name(module: torch.nn.Module) -> str | None:
     """timm's name for a built MLP activation (None: GELU, the default), by timm's own ``get_act_layer``."""
     from timm.layers import get_act_layer
 
@@ -59,11 +77,13 @@ def _act_name(module: torch.nn.Module) -> Optional[str]:
     for name in ACT_NAMES:
         if type(module) is get_act_layer(name):
             return name
-    raise ConversionError(f"this timm model's MLP activation is {type(module).__name__}, which has no timm name "
-                          f"the scratch ViT takes as act_layer ({', '.join(ACT_NAMES)}, or GELU)")
+    raise ConversionError(
+        f"this timm model's MLP activation is {type(module).__name__}, which has no timm name "
+        f"the scratch ViT takes as act_layer ({', '.join(ACT_NAMES)}, or GELU)"
+    )
 
 
-def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, Any]:
+def architecture_facts(architecture: Any, kwargs: Any, where: str) -> dict[str, Any]:
     """What a registered timm model name (ours or timm's) built with ``kwargs`` says: ``num_heads``,
     ``norm_eps`` and ``act_layer`` (None for GELU, the default: a known activation is always a key, so that
     what is known can be told from what is assumed), which shapes cannot tell, and ``depth`` / ``embed_dim``,
@@ -78,10 +98,11 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, 
             check_architecture({**ARCHITECTURES[architecture], **kwargs}, where)
     except ModelArgsError as err:
         raise ConversionError(str(err)) from None
-    facts: Dict[str, Any] = {k: kwargs[k] for k in ("depth", "embed_dim") if k in kwargs}
+    facts: dict[str, Any] = {k: kwargs[k] for k in ("depth", "embed_dim") if k in kwargs}
     if architecture in ARCHITECTURES:  # ours: the variant says whether it has a representation layer
-        facts["representation_size"] = kwargs.get("representation_size",
-                                                  ARCHITECTURES[architecture].get("representation_size"))
+        facts["representation_size"] = kwargs.get(
+            "representation_size", ARCHITECTURES[architecture].get("representation_size")
+        )
     if isinstance(kwargs.get("num_heads"), int):
         facts["num_heads"] = kwargs["num_heads"]
     elif architecture in ARCHITECTURES:
@@ -98,7 +119,12 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> Dict[str, 
         block = model.blocks[0]
         heads, act, eps = int(block.attn.num_heads), block.mlp.act, float(block.norm1.eps)
         depth, width = len(model.blocks), int(model.embed_dim)
-    except (TypeError, ValueError, AssertionError, KeyError):  # options timm's class does not take: only what the kwargs said
+    except (
+        TypeError,
+        ValueError,
+        AssertionError,
+        KeyError,
+    ):  # options timm's class does not take: only what the kwargs said
         return facts
     facts.update(num_heads=heads, norm_eps=eps, depth=depth, embed_dim=width)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
@@ -115,34 +141,37 @@ class TimmFormat(SourceFormat):
     resample = Resample("bicubic", antialias=True)  # timm's checkpoint_filter_fn
     export_suffixes = (".safetensors", ".pth", ".pt", ".bin")
 
-    def detect(self, keys: Set[str]) -> bool:
+    def detect(self, keys: set[str]) -> bool:
         return "patch_embed.proj.weight" in keys and any(k.startswith("blocks.") for k in keys)
 
-    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+    def key_map(self, keys: set[str], depth: int) -> KeyMap:
         return {key: Rule.rename(key) for key in keys}
 
-    def ignorable_keys(self, checkpoint: Checkpoint) -> Set[str]:
+    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
         keys = checkpoint.keys()
         accepted = _constructor_defaults()
         for pattern, option, feature in OPTIONAL_FEATURES:
             hits = [k for k in keys if re.search(pattern, k)]
             if hits and option != "init_values" and option not in accepted:
-                raise ConversionError(f"this timm model has {feature} ({hits[0]!r}), which the scratch ViT does not "
-                                      f"have", checkpoint.path)
+                raise ConversionError(
+                    f"this timm model has {feature} ({hits[0]!r}), which the scratch ViT does not have", checkpoint.path
+                )
         ignorable = set()
         if "init_values" in accepted:
             return ignorable
         for key in (k for k in keys if LAYER_SCALE.match(k)):
             gamma = checkpoint.tensor(key)
             if not torch.all(gamma == 1):
-                raise ConversionError(f"this timm model uses layer scale ({key!r} is not all ones), which the scratch "
-                                      f"ViT does not have", checkpoint.path)
+                raise ConversionError(
+                    f"this timm model uses layer scale ({key!r} is not all ones), which the scratch ViT does not have",
+                    checkpoint.path,
+                )
             ignorable.add(key)  # a gamma of exactly 1 is the identity
         return ignorable
 
-    def options(self, shapes: Dict[str, Tuple[int, ...]]) -> Dict[str, Any]:
+    def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         accepted = _constructor_defaults()
-        found: Dict[str, Any] = {}
+        found: dict[str, Any] = {}
         if "reg_token" in shapes:
             found["reg_tokens"] = shapes["reg_token"][1]
         if "cls_token" not in shapes:
@@ -169,11 +198,11 @@ class TimmFormat(SourceFormat):
             found["init_values"] = LAYER_SCALE_INIT
         return {k: v for k, v in found.items() if k in accepted}
 
-    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+    def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         """Heads, LayerNorm eps, MLP activation (and image size) from a timm config.json beside the weights or
         a train.py checkpoint's args: what the shapes cannot tell. Without either, timm's defaults hold."""
         config, args = checkpoint.side_config, checkpoint.train_args
-        hints: Dict[str, Any] = {}
+        hints: dict[str, Any] = {}
         if "architecture" in config:
             model_args = config.get("model_args") or {}
             hints.update(architecture_facts(config["architecture"], model_args, "config.json model_args"))
@@ -188,63 +217,91 @@ class TimmFormat(SourceFormat):
             hints["stated_by"] = f"train.py args (model {args['model']!r})"
         return hints
 
-    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+    def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
         cfg = checkpoint.side_config.get("pretrained_cfg")
         if not isinstance(cfg, dict):
             return {}
         return {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items() if k in KEPT_CFG}
 
-    def label_names(self, checkpoint: Checkpoint) -> Optional[List[str]]:
+    def label_names(self, checkpoint: Checkpoint) -> list[str] | None:
         config = checkpoint.side_config
         cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
         names = config.get("label_names", cfg.get("label_names"))
         if names is None:
             return None
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ConversionError(f"config.json beside the weights has label_names {str(names)[:60]!r}; expected a "
-                                  f"list of strings, one per class", checkpoint.path)
+            raise ConversionError(
+                f"config.json beside the weights has label_names {str(names)[:60]!r}; expected a "
+                f"list of strings, one per class",
+                checkpoint.path,
+            )
         return names
 
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> "Reference":
+    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         from timm.models.deit import VisionTransformerDistilled
         from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
         arch = spec.arch
         cls = VisionTransformerDistilled if arch.distilled else VisionTransformer
         model = without_init(
-            cls, img_size=spec.img_size, patch_size=arch.patch_size, in_chans=arch.in_chans,
-            num_classes=0 if arch.representation_size else arch.num_classes, embed_dim=arch.embed_dim,
-            depth=arch.depth, num_heads=arch.num_heads, mlp_ratio=arch.mlp_ratio, **timm_options(arch),
+            cls,
+            img_size=spec.img_size,
+            patch_size=arch.patch_size,
+            in_chans=arch.in_chans,
+            num_classes=0 if arch.representation_size else arch.num_classes,
+            embed_dim=arch.embed_dim,
+            depth=arch.depth,
+            num_heads=arch.num_heads,
+            mlp_ratio=arch.mlp_ratio,
+            **timm_options(arch),
         )
         state_dict = checkpoint.state_dict()
         if not arch.options.get("init_values"):  # identity gammas the scratch model drops
             state_dict = {k: v for k, v in state_dict.items() if not LAYER_SCALE.match(k)}
-        heads = {k: state_dict.pop(k) for k in list(state_dict) if k.startswith(("head.", "pre_logits."))
-                 and arch.representation_size}
+        heads = {
+            k: state_dict.pop(k)
+            for k in list(state_dict)
+            if k.startswith(("head.", "pre_logits.")) and arch.representation_size
+        }
         model.load_state_dict(checkpoint_filter_fn(state_dict, model), strict=True)
         round_parameters(model.eval(), spec.round_to)
         if not arch.representation_size:
             return timm_reference(model, f"timm's {cls.__name__}")
-        return representation_head(model, heads["pre_logits.fc.weight"], heads["pre_logits.fc.bias"],
-                                   heads.get("head.weight"), heads.get("head.bias"), spec.round_to,
-                                   f"timm's {cls.__name__} + the checkpoint's representation layer")
+        return representation_head(
+            model,
+            heads["pre_logits.fc.weight"],
+            heads["pre_logits.fc.bias"],
+            heads.get("head.weight"),
+            heads.get("head.bias"),
+            spec.round_to,
+            f"timm's {cls.__name__} + the checkpoint's representation layer",
+        )
 
-    def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
+    def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         if arch.representation_size:
-            raise ConversionError("timm's VisionTransformer has no representation layer (pre_logits), so a "
-                                  "has_logits model cannot be exported to it; export to torchvision or jax instead")
+            raise ConversionError(
+                "timm's VisionTransformer has no representation layer (pre_logits), so a "
+                "has_logits model cannot be exported to it; export to torchvision or jax instead"
+            )
         return {key: Rule.rename(key) for key in keys}
 
 
-def timm_options(arch: Arch) -> Dict[str, Any]:
+def timm_options(arch: Arch) -> dict[str, Any]:
     """timm VisionTransformer arguments for ``arch``'s options (the names are timm's own) and its LayerNorm eps."""
     from timm.layers import LayerNorm
 
     return {"qkv_bias": True, "norm_layer": partial(LayerNorm, eps=arch.norm_eps), **arch.options}
 
 
-def representation_head(features_model: torch.nn.Module, fc_weight: torch.Tensor, fc_bias: torch.Tensor,
-                        head_weight: Any, head_bias: Any, round_to: Any, description: str) -> Reference:
+def representation_head(
+    features_model: torch.nn.Module,
+    fc_weight: torch.Tensor,
+    fc_bias: torch.Tensor,
+    head_weight: Any,
+    head_bias: Any,
+    round_to: Any,
+    description: str,
+) -> Reference:
     """Reference for has_logits models whose library dropped the layer: pooled features -> Linear+Tanh -> head.
 
     ``features_model`` is the library's model built without a head (``num_classes=0``); the weights are

@@ -4,19 +4,27 @@ torchvision's ``in_proj_weight`` is q, k, v stacked by rows, exactly our fused `
 is a rename. Both MLP namings are read: ``mlp.0`` / ``mlp.3`` and the older ``mlp.linear_1`` /
 ``mlp.linear_2``. Export writes the current names.
 """
+
 from __future__ import annotations
 
-from typing import Any, Dict, Set
+from typing import Any
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from ..errors import ConversionError
+from ..models.architecture import Arch
 from .checkpoint import Checkpoint
 from .formats import (
-    Reference, ReferenceSpec, Resample, SourceFormat, classifier_input, register, round_parameters, without_init,
+    Reference,
+    ReferenceSpec,
+    Resample,
+    SourceFormat,
+    classifier_input,
+    register,
+    round_parameters,
+    without_init,
 )
 from .keymap import KeyMap, Rule, invert_renames, weight_and_bias
-from ..models.architecture import Arch
 
 LAYER = "encoder.layers.encoder_layer_{}."
 
@@ -31,10 +39,10 @@ class TorchvisionFormat(SourceFormat):
     resample = Resample("bicubic", antialias=False, align_corners=True)
     export_suffixes = (".pth", ".pt", ".safetensors")
 
-    def detect(self, keys: Set[str]) -> bool:
+    def detect(self, keys: set[str]) -> bool:
         return "conv_proj.weight" in keys and "encoder.pos_embedding" in keys
 
-    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+    def key_map(self, keys: set[str], depth: int) -> KeyMap:
         rules: KeyMap = {"cls_token": Rule.rename("class_token"), "pos_embed": Rule.rename("encoder.pos_embedding")}
         weight_and_bias(rules, "patch_embed.proj", "conv_proj")
         for i in range(depth):
@@ -53,15 +61,14 @@ class TorchvisionFormat(SourceFormat):
         weight_and_bias(rules, "head", "heads.head")
         return rules
 
-    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+    def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         # torchvision's ViT has one activation (GELU, in MLPBlock), and every vit_* builder its default eps 1e-6;
         # the head count is in no torchvision state dict (in_proj_weight fuses the heads)
         return super().recorded_facts(checkpoint, hints) | {"act_layer", "norm_eps"}
 
-    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+    def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
         # torchvision's ViT weights: resize 256 (bilinear), centre crop 224, ImageNet mean/std
-        return dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, interpolation="bilinear",
-                    crop_pct=224 / 256)
+        return dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, interpolation="bilinear", crop_pct=224 / 256)
 
     def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         from torchvision.models.vision_transformer import VisionTransformer, interpolate_embeddings
@@ -70,9 +77,15 @@ class TorchvisionFormat(SourceFormat):
         if spec.img_size[0] != spec.img_size[1] or arch.in_chans != 3:
             raise ConversionError("torchvision's VisionTransformer takes square 3-channel images only; cannot verify")
         model = without_init(
-            VisionTransformer, image_size=spec.img_size[0], patch_size=arch.patch_size, num_layers=arch.depth,
-            num_heads=arch.num_heads, hidden_dim=arch.embed_dim, mlp_dim=arch.mlp_hidden,
-            num_classes=arch.num_classes, representation_size=arch.representation_size,
+            VisionTransformer,
+            image_size=spec.img_size[0],
+            patch_size=arch.patch_size,
+            num_layers=arch.depth,
+            num_heads=arch.num_heads,
+            hidden_dim=arch.embed_dim,
+            mlp_dim=arch.mlp_hidden,
+            num_classes=arch.num_classes,
+            representation_size=arch.representation_size,
         )
         state_dict = checkpoint.state_dict()
         if spec.img_size != arch.img_size:
@@ -83,10 +96,12 @@ class TorchvisionFormat(SourceFormat):
         features = classifier_input(model, [model.heads.head], model)
         return Reference(features, model, self.reference_name)
 
-    def export_map(self, arch: Arch, keys: Set[str]) -> KeyMap:
+    def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         if arch.distilled:
-            raise ConversionError("torchvision's VisionTransformer has no distillation token; a distilled DeiT "
-                                  "cannot be exported to it (export to timm instead)")
+            raise ConversionError(
+                "torchvision's VisionTransformer has no distillation token; a distilled DeiT "
+                "cannot be exported to it (export to timm instead)"
+            )
         if arch.in_chans != 3:
             raise ConversionError(f"torchvision's VisionTransformer takes 3 input channels, this model {arch.in_chans}")
         if arch.grid[0] != arch.grid[1]:

@@ -7,13 +7,15 @@ names (``vit.layers.N.attention.q_proj`` … ``o_proj``, ``mlp.fc1``, ``mlp.fc2`
 projections are stacked into our fused ``qkv``. A ``ViTModel`` pooler (Linear + Tanh on the class
 token) is our representation layer.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, Set
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -27,20 +29,27 @@ from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
 PREFIXES = ("vit.", "deit.", "")
 #: transformers' own ViTConfig default; a bare state dict without config.json was made with it
 TRANSFORMERS_NORM_EPS = 1e-12
-LEGACY_BLOCK = dict(q="attention.attention.query", k="attention.attention.key", v="attention.attention.value",
-                    o="attention.output.dense", fc1="intermediate.dense", fc2="output.dense")
-CURRENT_BLOCK = dict(q="attention.q_proj", k="attention.k_proj", v="attention.v_proj",
-                     o="attention.o_proj", fc1="mlp.fc1", fc2="mlp.fc2")
+LEGACY_BLOCK = dict(
+    q="attention.attention.query",
+    k="attention.attention.key",
+    v="attention.attention.value",
+    o="attention.output.dense",
+    fc1="intermediate.dense",
+    fc2="output.dense",
+)
+CURRENT_BLOCK = dict(
+    q="attention.q_proj", k="attention.k_proj", v="attention.v_proj", o="attention.o_proj", fc1="mlp.fc1", fc2="mlp.fc2"
+)
 
 
-def model_prefix(keys: Set[str]) -> str:
+def model_prefix(keys: set[str]) -> str:
     for prefix in PREFIXES:
         if f"{prefix}embeddings.patch_embeddings.projection.weight" in keys:
             return prefix
     return ""
 
 
-def is_legacy(keys: Set[str], prefix: str) -> bool:
+def is_legacy(keys: set[str], prefix: str) -> bool:
     return any(k.startswith(f"{prefix}encoder.layer.") for k in keys)
 
 
@@ -49,14 +58,16 @@ class TransformersFormat(SourceFormat):
     library = "Hugging Face transformers"
     reference_name = "transformers' model"
     block_pattern = r"^(?:vit\.|deit\.)?(?:encoder\.layer|layers)\.(\d+)\."
-    example_keys = ("vit.embeddings.patch_embeddings.projection.weight", "vit.encoder.layer.0.attention.attention"
-                    ".query.weight (or vit.layers.0.attention.q_proj.weight)")
+    example_keys = (
+        "vit.embeddings.patch_embeddings.projection.weight",
+        "vit.encoder.layer.0.attention.attention.query.weight (or vit.layers.0.attention.q_proj.weight)",
+    )
     resample = Resample("bicubic", antialias=False)  # ViTEmbeddings.interpolate_pos_encoding
 
-    def detect(self, keys: Set[str]) -> bool:
+    def detect(self, keys: set[str]) -> bool:
         return any(f"{p}embeddings.patch_embeddings.projection.weight" in keys for p in PREFIXES)
 
-    def key_map(self, keys: Set[str], depth: int) -> KeyMap:
+    def key_map(self, keys: set[str], depth: int) -> KeyMap:
         prefix = model_prefix(keys)
         names = LEGACY_BLOCK if is_legacy(keys, prefix) else CURRENT_BLOCK
         layer = f"{prefix}encoder.layer.{{}}." if names is LEGACY_BLOCK else f"{prefix}layers.{{}}."
@@ -84,28 +95,34 @@ class TransformersFormat(SourceFormat):
         weight_and_bias(rules, "head_dist", "distillation_classifier")
         return rules
 
-    def ignorable_keys(self, checkpoint: Checkpoint) -> Set[str]:
+    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
         keys = set(checkpoint.keys())
         prefix = model_prefix(keys)
         distilled = f"{prefix}embeddings.distillation_token" in keys
         if distilled and "classifier.weight" in keys:
-            raise ConversionError("this is a DeiTForImageClassification (distillation token, one classifier on the "
-                                  "class token only); only DeiTForImageClassificationWithTeacher converts",
-                                  checkpoint.path)
+            raise ConversionError(
+                "this is a DeiTForImageClassification (distillation token, one classifier on the "
+                "class token only); only DeiTForImageClassificationWithTeacher converts",
+                checkpoint.path,
+            )
         if distilled and f"{prefix}pooler.dense.weight" in keys:
-            raise ConversionError("a DeiT model with a pooler has no scratch equivalent (distilled models have no "
-                                  "representation layer)", checkpoint.path)
+            raise ConversionError(
+                "a DeiT model with a pooler has no scratch equivalent (distilled models have no representation layer)",
+                checkpoint.path,
+            )
         return set()
 
-    def hints(self, checkpoint: Checkpoint, keys: Set[str]) -> Dict[str, Any]:
+    def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
         if config.get("hidden_act", "gelu") != "gelu" or config.get("pooler_act", "tanh") != "tanh":
-            raise ConversionError(f"config.json asks for activations hidden_act={config.get('hidden_act')!r}, "
-                                  f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
-                                  checkpoint.path)
+            raise ConversionError(
+                f"config.json asks for activations hidden_act={config.get('hidden_act')!r}, "
+                f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
+                checkpoint.path,
+            )
         # transformers' names for our options; each value is checked as a config's own option is
         fields = (("layer_norm_eps", "norm_eps"), ("num_attention_heads", "num_heads"), ("image_size", "img_size"))
-        hints: Dict[str, Any] = {"norm_eps": TRANSFORMERS_NORM_EPS}
+        hints: dict[str, Any] = {"norm_eps": TRANSFORMERS_NORM_EPS}
         try:
             for field, option in fields:
                 if field in config:
@@ -119,16 +136,16 @@ class TransformersFormat(SourceFormat):
             hints["img_size"] = (hints["img_size"], hints["img_size"])
         return hints
 
-    def recorded_facts(self, checkpoint: Checkpoint, hints: Dict[str, Any]) -> Set[str]:
+    def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         # with a config.json, activation and eps are its own (or ViTConfig's defaults, which transformers builds);
         # without one, even the eps hint is only transformers' default, assumed
         if "model_type" not in checkpoint.side_config:
             return {"num_heads"} & set(hints)
         return {"act_layer", "norm_eps"} | ({"num_heads"} & set(hints))
 
-    def preprocessing(self, checkpoint: Checkpoint) -> Dict[str, Any]:
+    def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
         processor = checkpoint.preprocess_config
-        cfg: Dict[str, Any] = {}
+        cfg: dict[str, Any] = {}
         if "image_mean" in processor and "image_std" in processor:
             cfg.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
         if processor and not processor.get("do_center_crop", False):
@@ -151,8 +168,11 @@ class TransformersFormat(SourceFormat):
         with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
             self._write_config(Path(tmp), checkpoint, arch, prefix)
             # the names as stored in the file: transformers applies its own renaming for the old ones
-            save_file({k: v.contiguous() for k, v in checkpoint.state_dict().items()},
-                      str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
+            save_file(
+                {k: v.contiguous() for k, v in checkpoint.state_dict().items()},
+                str(Path(tmp) / "model.safetensors"),
+                metadata={"format": "pt"},
+            )
             extra = {} if output == "logits" else {"add_pooling_layer": output == "pooler"}
             model = cls.from_pretrained(tmp, attn_implementation="eager", **extra)
         round_parameters(model.float().eval(), spec.round_to)
@@ -170,8 +190,9 @@ class TransformersFormat(SourceFormat):
         description = f"transformers' {cls.__name__}"
         if output != "logits":
             return Reference(forward, None, description)
-        heads = [getattr(model, n) for n in ("classifier", "cls_classifier", "distillation_classifier")
-                 if hasattr(model, n)]
+        heads = [
+            getattr(model, n) for n in ("classifier", "cls_classifier", "distillation_classifier") if hasattr(model, n)
+        ]
         return Reference(classifier_input(model, heads, forward), forward, description)
 
     @staticmethod
@@ -184,10 +205,17 @@ class TransformersFormat(SourceFormat):
             return
         config_cls = transformers.DeiTConfig if arch.distilled or prefix == "deit." else transformers.ViTConfig
         config_cls(
-            hidden_size=arch.embed_dim, num_hidden_layers=arch.depth, num_attention_heads=arch.num_heads,
-            intermediate_size=arch.mlp_hidden, image_size=arch.img_size[0], patch_size=arch.patch_size,
-            num_channels=arch.in_chans, num_labels=max(arch.num_classes, 1), layer_norm_eps=arch.norm_eps,
-            qkv_bias=True, pooler_output_size=arch.representation_size,
+            hidden_size=arch.embed_dim,
+            num_hidden_layers=arch.depth,
+            num_attention_heads=arch.num_heads,
+            intermediate_size=arch.mlp_hidden,
+            image_size=arch.img_size[0],
+            patch_size=arch.patch_size,
+            num_channels=arch.in_chans,
+            num_labels=max(arch.num_classes, 1),
+            layer_norm_eps=arch.norm_eps,
+            qkv_bias=True,
+            pooler_output_size=arch.representation_size,
         ).save_pretrained(directory)
 
 

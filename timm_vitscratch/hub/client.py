@@ -9,6 +9,7 @@ Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_bran
 its HTTP library's transport errors; a model directory that is not what it claims raises
 :class:`ModelDirectoryError`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,16 +20,27 @@ import shutil
 import stat
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import IO, Any
 
 import timm
 from huggingface_hub import (
-    CachedRevisionInfo, CommitOperationAdd, HfApi, HFCacheInfo, hf_hub_download, is_offline_mode, scan_cache_dir,
+    CachedRevisionInfo,
+    CommitOperationAdd,
+    HfApi,
+    HFCacheInfo,
+    hf_hub_download,
+    is_offline_mode,
+    scan_cache_dir,
     snapshot_download,
 )
 from huggingface_hub.errors import (
-    CacheNotFound, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError,
+    CacheNotFound,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it (httpx2 in 2.x)
@@ -38,13 +50,21 @@ from torch import nn
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..install import held, install_directory, staged_directory, starting_point
-from .model_dir import (  # noqa: F401  (save_model_directory: also importable from here)
-    CONFIG_NAME, METADATA_KEY, WEIGHTS_NAME, check_label_count, check_model_directory, read_config,
-    read_label_names, save_model_directory, with_label_names, write_config,
-)
-from .model_card import model_card
 from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+from .model_card import model_card
+from .model_dir import (
+    CONFIG_NAME,
+    METADATA_KEY,
+    WEIGHTS_NAME,
+    check_label_count,
+    check_model_directory,
+    read_config,
+    read_label_names,
+    save_model_directory,
+    with_label_names,
+    write_config,
+)
 
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
@@ -55,9 +75,17 @@ _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 
 
 # --- push ------------------------------------------------------------------------------------------
-def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private: bool = False,
-         commit_message: Optional[str] = None, token: Optional[str] = None,
-         labels: Union[PathLike, Sequence[str], None] = None, replace_card: bool = False, strict: bool = False) -> Any:
+def push(
+    source: PathLike,
+    repo_id: str,
+    revision: str | None = None,
+    private: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    labels: PathLike | Sequence[str] | None = None,
+    replace_card: bool = False,
+    strict: bool = False,
+) -> Any:
     """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
 
     The commit holds ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model card
@@ -91,18 +119,24 @@ def push(source: PathLike, repo_id: str, revision: Optional[str] = None, private
         if card is not None:
             operations.append(CommitOperationAdd(README_NAME, card))
         info = api.create_commit(
-            repo_id, operations, revision=revision,
-            commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch")
+            repo_id,
+            operations,
+            revision=revision,
+            commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch",
+        )
     pushed = config[METADATA_KEY]["sha256"]
     reported = hub_weights_sha256(api, repo_id, info.oid)
     if reported != pushed:
-        raise ModelDirectoryError(f"{repo_id}@{info.oid}: the Hub reports {WEIGHTS_NAME} with sha256 {reported}, "
-                                  f"but the pushed file has {pushed}")
+        raise ModelDirectoryError(
+            f"{repo_id}@{info.oid}: the Hub reports {WEIGHTS_NAME} with sha256 {reported}, "
+            f"but the pushed file has {pushed}"
+        )
     return info
 
 
-def _stage(source: PathLike, staging: Path, labels: Optional[Sequence[str]],
-           strict: bool = False) -> Tuple[Dict[str, Any], nn.Module, Path, Optional[bytes]]:
+def _stage(
+    source: PathLike, staging: Path, labels: Sequence[str] | None, strict: bool = False
+) -> tuple[dict[str, Any], nn.Module, Path, bytes | None]:
     """What to push: the config (written into ``staging``), the model on meta, the weights file (the
     directory's, checked to be a regular file in it, or one in ``staging``) and the directory's README
     (None: none there)."""
@@ -122,23 +156,34 @@ def _stage(source: PathLike, staging: Path, labels: Optional[Sequence[str]],
         return config, model, path / WEIGHTS_NAME, card
     name, tag = split_model_name_tag(str(source))
     if name not in ARCHITECTURES:
-        raise ModelDirectoryError(f"{str(source)!r} is neither a model directory nor a registered model name "
-                                  f"({', '.join(ARCHITECTURES)}, optionally with a .tag)")
+        raise ModelDirectoryError(
+            f"{str(source)!r} is neither a model directory nor a registered model name "
+            f"({', '.join(ARCHITECTURES)}, optionally with a .tag)"
+        )
     # the label count is checked on meta, before pretrained weights are downloaded for nothing
     names = _checked_labels(labels, build_on_meta(str(source)), str(source)) if labels is not None else None
     model = timm.create_model(str(source), pretrained=bool(tag))
-    save_model_directory(model, staging, source={"format": "timm_vitscratch", "model": str(source),
-                                                 "weights": "pretrained" if tag else "random init"},
-                         label_names=names)
+    save_model_directory(
+        model,
+        staging,
+        source={"format": "timm_vitscratch", "model": str(source), "weights": "pretrained" if tag else "random init"},
+        label_names=names,
+    )
     config, model = check_model_directory(staging, label=str(source))
     return config, model, staging / WEIGHTS_NAME, None
 
 
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def _refuse_unless_regular(directory: Path, name: str, mode: Optional[int] = None) -> None:
+def _refuse_unless_regular(directory: Path, name: str, mode: int | None = None) -> None:
     """A file push sends must be a regular file in the directory itself (no link out, no special file)."""
     if mode is None:
         try:
@@ -147,8 +192,10 @@ def _refuse_unless_regular(directory: Path, name: str, mode: Optional[int] = Non
             return  # check_model_directory says what a model directory lacks
     if not stat.S_ISREG(mode):
         kind = next((what for test, what in _KINDS if test(mode)), "not a file")
-        raise ModelDirectoryError(f"{directory}: {name} is {kind}, not a regular file; push sends only the regular "
-                                  f"files {', '.join(REPO_FILES)} of the directory (copy the file in instead)")
+        raise ModelDirectoryError(
+            f"{directory}: {name} is {kind}, not a regular file; push sends only the regular "
+            f"files {', '.join(REPO_FILES)} of the directory (copy the file in instead)"
+        )
 
 
 def _open_regular(directory: Path, name: str) -> IO[bytes]:
@@ -167,14 +214,14 @@ def _open_regular(directory: Path, name: str) -> IO[bytes]:
     return os.fdopen(fd, "rb")
 
 
-def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> List[str]:
+def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> list[str]:
     try:
         return check_label_count(labels, model.num_classes)
     except ModelDirectoryError as err:
         raise ModelDirectoryError(f"{label}: --labels: {err}") from None
 
 
-def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> Optional[str]:
+def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> str | None:
     """The sha256 the Hub records for the weights at ``commit`` (an LFS file's ``lfs.sha256``); None if not LFS."""
     info = api.model_info(repo_id, revision=commit, files_metadata=True)
     sibling = next((f for f in info.siblings or () if f.rfilename == WEIGHTS_NAME), None)
@@ -182,8 +229,14 @@ def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> Optional[str]:
 
 
 # --- pull ------------------------------------------------------------------------------------------
-def pull(repo_id: str, out_dir: PathLike, revision: Optional[str] = None, token: Optional[str] = None,
-         force: bool = False, strict: bool = False) -> Path:
+def pull(
+    repo_id: str,
+    out_dir: PathLike,
+    revision: str | None = None,
+    token: str | None = None,
+    force: bool = False,
+    strict: bool = False,
+) -> Path:
     """Download ``repo_id`` at ``revision`` (branch or commit id) and install it into ``out_dir``.
 
     Files come through the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), are
@@ -225,7 +278,7 @@ def _occupied(directory: Path) -> bool:
     return directory.is_dir() and any(directory.iterdir())
 
 
-def _download(repo_id: str, revision: Optional[str], token: Optional[str], label: str) -> Path:
+def _download(repo_id: str, revision: str | None, token: str | None, label: str) -> Path:
     """The repo's files in the Hugging Face cache, with weights that are the bytes the Hub holds.
 
     Weights whose sha256 is not the one ``config.json`` records are either damaged (on the way or on disk)
@@ -252,13 +305,16 @@ def _download(repo_id: str, revision: Optional[str], token: Optional[str], label
     actual = sha256_file(weights)
     if actual == hub_sha256:
         return snapshot
-    _forget_cached_weights(cache_dir, repo_id, snapshot)  # never leave damaged bytes in the cache under the Hub's sha256
+    _forget_cached_weights(
+        cache_dir, repo_id, snapshot
+    )  # never leave damaged bytes in the cache under the Hub's sha256
     raise ModelDirectoryError(
         f"{label}: {WEIGHTS_NAME} arrived damaged twice: the Hub says its sha256 is {hub_sha256}, the bytes received "
-        f"have {actual} (a proxy or the network altering the download?); nothing was installed")
+        f"have {actual} (a proxy or the network altering the download?); nothing was installed"
+    )
 
 
-def _recorded_sha256(snapshot: Path) -> Optional[str]:
+def _recorded_sha256(snapshot: Path) -> str | None:
     try:
         return read_config(snapshot, contained=False).get(METADATA_KEY, {}).get("sha256")
     except (OSError, ValueError, AttributeError):
@@ -315,8 +371,9 @@ def download_in_progress(partial: Path) -> bool:
 
 
 # --- pretrained tags -------------------------------------------------------------------------------
-def register_tag_from_hub(model_tag: str, repo_id: str, revision: Optional[str] = None,
-                          token: Optional[str] = None, default: bool = False) -> str:
+def register_tag_from_hub(
+    model_tag: str, repo_id: str, revision: str | None = None, token: str | None = None, default: bool = False
+) -> str:
     """Register ``"variant.tag"`` for the weights in ``repo_id``, pinned to the revision's commit.
 
     Reads the repo's ``config.json`` with timm's ``load_model_config_from_hf`` and takes its pretrained
@@ -331,8 +388,11 @@ def register_tag_from_hub(model_tag: str, repo_id: str, revision: Optional[str] 
     defaults = ARCHITECTURES[variant]
     differing = {k: v for k, v in model_args.items() if k in defaults and defaults[k] != v}
     if differing:
-        warnings.warn(f"{repo_id} was saved with {differing}, which differ from {variant}'s defaults: pass them "
-                      f"to timm.create_model({model_tag!r}, pretrained=True, ...)", stacklevel=2)
+        warnings.warn(
+            f"{repo_id} was saved with {differing}, which differ from {variant}'s defaults: pass them "
+            f"to timm.create_model({model_tag!r}, pretrained=True, ...)",
+            stacklevel=2,
+        )
     skip = {"hf_hub_id", "source", "architecture", "tag", "file", "url", "state_dict"}
     cfg = {k: v for k, v in pretrained_cfg.items() if k not in skip and k in PRETRAINED_CFG_FIELDS}
     hf_hub_id = f"{repo_id}@{commit}"
@@ -341,18 +401,22 @@ def register_tag_from_hub(model_tag: str, repo_id: str, revision: Optional[str] 
 
 
 # --- errors for people -----------------------------------------------------------------------------
-def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[str] = None) -> str:
+def describe_hub_error(error: BaseException, repo_id: str, revision: str | None = None) -> str:
     """One clear sentence for a failed push/pull: what went wrong, and what to check."""
     where = HfApi().endpoint
     at = f"{repo_id}@{revision or DEFAULT_BRANCH}"
     if _asked_for_xet(error):
-        return (f"the Hub at {where} has no Xet storage ({str(error).splitlines()[0]}): set HF_HUB_DISABLE_XET=1 "
-                "so that huggingface_hub uploads through classic LFS")
+        return (
+            f"the Hub at {where} has no Xet storage ({str(error).splitlines()[0]}): set HF_HUB_DISABLE_XET=1 "
+            "so that huggingface_hub uploads through classic LFS"
+        )
     if isinstance(error, RevisionNotFoundError):
         return f"revision {revision!r} not found in {repo_id} at {where} (a branch name or a full commit id)"
     if isinstance(error, RepositoryNotFoundError):
-        return (f"repository {repo_id!r} not found at {where} (check the id, HF_ENDPOINT, "
-                "and HF_TOKEN for a private repository)")
+        return (
+            f"repository {repo_id!r} not found at {where} (check the id, HF_ENDPOINT, "
+            "and HF_TOKEN for a private repository)"
+        )
     if isinstance(error, LocalEntryNotFoundError):
         cause = error.__cause__ or error.__context__
         not_cached = f"{at} is not in the local cache (HF_HUB_CACHE)"
@@ -366,8 +430,10 @@ def describe_hub_error(error: BaseException, repo_id: str, revision: Optional[st
         message = error.server_message or str(error).splitlines()[0]
         return f"the Hub at {where} answered HTTP {status} for {repo_id}: {message.strip()}"
     if isinstance(error, _CONNECTION_LOST):
-        return (f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
-                "huggingface_hub's retries, where it makes any, did not get through; try again later")
+        return (
+            f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
+            "huggingface_hub's retries, where it makes any, did not get through; try again later"
+        )
     if isinstance(error, httpx.TransportError):
         return f"cannot reach the Hub at {where}: {type(error).__name__}: {error}"
     return str(error)

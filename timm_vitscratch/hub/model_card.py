@@ -4,16 +4,17 @@ A card states only what the model's files record: a license, paper, origin or pu
 when ``config.json``'s ``pretrained_cfg`` holds it, and never for weights its ``vitscratch`` block says
 are a random init (timm gives such a model its default tag's cfg, whose facts are not its own).
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Dict
+from typing import Any
 
-from timm.models._hub import generate_readme  # timm's own card layout (YAML metadata + sections)
 from torch import nn
 
-from ..models.architecture import describe_model
 from ..inspect.counts import leaf_module_param_count, true_param_count
+from ..models.architecture import describe_model
+from ..private_api import generate_readme
 from .model_dir import METADATA_KEY
 
 TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
@@ -21,11 +22,17 @@ TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
 UNKNOWN_LICENSE = "unknown"
 
 
-def architecture_line(config: Dict[str, Any], model: nn.Module) -> str:
+def architecture_line(config: dict[str, Any], model: nn.Module) -> str:
     """``scratch_vit_b16: patch 16, embed_dim 768, depth 12, heads 12, 224x224, 1000 classes``."""
     arch = describe_model(model)
-    parts = [f"patch {arch.patch_size}", f"embed_dim {arch.embed_dim}", f"depth {arch.depth}",
-             f"heads {arch.num_heads}", f"{arch.img_size[0]}x{arch.img_size[1]}", f"{arch.num_classes} classes"]
+    parts = [
+        f"patch {arch.patch_size}",
+        f"embed_dim {arch.embed_dim}",
+        f"depth {arch.depth}",
+        f"heads {arch.num_heads}",
+        f"{arch.img_size[0]}x{arch.img_size[1]}",
+        f"{arch.num_classes} classes",
+    ]
     if arch.distilled:
         parts.append("distillation token + head_dist (DeiT)")
     elif arch.representation_size:
@@ -33,17 +40,19 @@ def architecture_line(config: Dict[str, Any], model: nn.Module) -> str:
     return f"{config['architecture']}: " + ", ".join(parts)
 
 
-def weights_facts(pretrained_cfg: Dict[str, Any]) -> Dict[str, str]:
+def weights_facts(pretrained_cfg: dict[str, Any]) -> dict[str, str]:
     """Card lines for what the weights' source publishes (preprocessing, paper, origin, top-1)."""
     from ..models.pretrained import top1
 
     cfg = pretrained_cfg
     facts = {}
     if cfg.get("input_size"):
-        facts["Preprocessing"] = (f"input {cfg['input_size'][-2]}x{cfg['input_size'][-1]}, "
-                                  f"{cfg.get('interpolation')} resize, crop_pct {cfg.get('crop_pct')} "
-                                  f"({cfg.get('crop_mode', 'center')}), mean {tuple(cfg.get('mean', ()))}, "
-                                  f"std {tuple(cfg.get('std', ()))}")
+        facts["Preprocessing"] = (
+            f"input {cfg['input_size'][-2]}x{cfg['input_size'][-1]}, "
+            f"{cfg.get('interpolation')} resize, crop_pct {cfg.get('crop_pct')} "
+            f"({cfg.get('crop_mode', 'center')}), mean {tuple(cfg.get('mean', ()))}, "
+            f"std {tuple(cfg.get('std', ()))}"
+        )
     if cfg.get("paper_name") or cfg.get("paper_ids"):
         facts["Paper"] = " ".join(str(p) for p in (cfg.get("paper_name"), cfg.get("paper_ids")) if p)
     for key, title in (("origin_url", "Origin"), ("description", "Weights")):
@@ -55,7 +64,7 @@ def weights_facts(pretrained_cfg: Dict[str, Any]) -> Dict[str, str]:
     return facts
 
 
-def recorded_facts(config: Dict[str, Any]) -> Dict[str, Any]:
+def recorded_facts(config: dict[str, Any]) -> dict[str, Any]:
     """The pretrained cfg facts that belong to these weights (none for a random init)."""
     source = config.get(METADATA_KEY, {}).get("source") or {}
     if isinstance(source, dict) and source.get("weights") == "random init":
@@ -64,7 +73,7 @@ def recorded_facts(config: Dict[str, Any]) -> Dict[str, Any]:
     return cfg if isinstance(cfg, dict) else {}
 
 
-def model_card(config: Dict[str, Any], model: nn.Module, repo_id: str) -> str:
+def model_card(config: dict[str, Any], model: nn.Module, repo_id: str) -> str:
     """Markdown card for ``repo_id`` holding ``config`` (timm Hub config) and weights of ``model``."""
     metadata = config.get(METADATA_KEY, {})
     source = metadata.get("source")

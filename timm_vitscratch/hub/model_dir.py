@@ -9,29 +9,30 @@ sha256 of the weights file and where the weights came from.
 :func:`write_model_directory` is the one writer of these files: conversion streams a checkpoint
 through it, :func:`save_model_directory` (training, the Hub, the examples) a model in memory.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
-from timm.models._hub import save_config_for_hf
 import numpy as np
 import torch
 from safetensors import safe_open
 from timm.utils import unwrap_model
 from torch import nn
 
-from ..errors import ModelDirectoryError
+from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..models.build import build_on_meta
-from ..errors import ModelArgsError
 from ..models.model_args import check_label_names, check_saved_config
-from ..reading import read_json_object, read_text, regular_file
 from ..models.variants import ARCHITECTURES
+from ..private_api import save_config_for_hf
+from ..reading import read_json_object, read_text, regular_file
 from ..tensor_writer import TensorSpec, write_safetensors
 
 WEIGHTS_NAME = "model.safetensors"
@@ -40,19 +41,21 @@ METADATA_KEY = "vitscratch"
 
 
 def model_config(
-    model: nn.Module, weights_sha256: Optional[str] = None, source: Optional[Dict[str, Any]] = None,
-    label_names: Optional[List[str]] = None,
-) -> Dict[str, Any]:
+    model: nn.Module,
+    weights_sha256: str | None = None,
+    source: dict[str, Any] | None = None,
+    label_names: list[str] | None = None,
+) -> dict[str, Any]:
     """timm's Hub config for ``model`` (built by timm's ``save_config_for_hf``) plus our metadata.
 
     ``label_names`` go to the top level, where timm's ``push_to_hf_hub`` puts them. ``model_args``
     leaves out ``num_classes``, which the top level already gives: timm reads it from there, and
     transformers' ``TimmWrapper`` passes it to ``create_model`` itself (twice, if model_args held it too).
     """
-    extra: Dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     if label_names:
         extra["label_names"] = list(label_names)
-    metadata: Dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
     if weights_sha256 is not None:
         metadata["sha256"] = weights_sha256
     if source is not None:
@@ -71,7 +74,7 @@ def model_config(
     return config
 
 
-def read_label_names(path: PathLike) -> List[str]:
+def read_label_names(path: PathLike) -> list[str]:
     """Label names, one per class index: a text file with one name per line, or an image folder whose
     class sub-directories (sorted, as ``torchvision.datasets.ImageFolder`` and timm's readers order
     them) are the classes."""
@@ -83,29 +86,32 @@ def read_label_names(path: PathLike) -> List[str]:
         names = [line.strip() for line in read_text(path, ModelDirectoryError).splitlines() if line.strip()]
         what = f"{path} holds no label names (expected one name per line)"
     else:
-        raise ModelDirectoryError(f"{path} does not exist: expected a file of label names (one per line) or an "
-                                  f"image folder")
+        raise ModelDirectoryError(
+            f"{path} does not exist: expected a file of label names (one per line) or an image folder"
+        )
     if not names:
         raise ModelDirectoryError(what)
     return names
 
 
-def check_label_count(names: Sequence[str], num_classes: int) -> List[str]:
+def check_label_count(names: Sequence[str], num_classes: int) -> list[str]:
     """``names`` as a list, when there is one per class of a ``num_classes``-way classifier."""
     if len(names) != num_classes:
-        raise ModelDirectoryError(f"{len(names)} label names for a classifier of {num_classes} classes "
-                                  "(expected one name per class, in class-index order)")
+        raise ModelDirectoryError(
+            f"{len(names)} label names for a classifier of {num_classes} classes "
+            "(expected one name per class, in class-index order)"
+        )
     return list(names)
 
 
-def with_label_names(config: Dict[str, Any], names: List[str]) -> Dict[str, Any]:
+def with_label_names(config: dict[str, Any], names: list[str]) -> dict[str, Any]:
     """``config`` with top-level ``label_names`` replaced by ``names``, where and as timm's
     ``save_config_for_hf`` writes them (after ``global_pool``, before ``model_args`` and ``pretrained_cfg``).
 
     Descriptions keyed by the old names are dropped with them.
     """
     rest = {k: v for k, v in config.items() if k not in ("label_names", "label_descriptions")}
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for key, value in rest.items():
         if key in ("model_args", "pretrained_cfg") and "label_names" not in out:
             out["label_names"] = list(names)
@@ -114,7 +120,7 @@ def with_label_names(config: Dict[str, Any], names: List[str]) -> Dict[str, Any]
     return out
 
 
-def write_config(directory: PathLike, config: Dict[str, Any]) -> Path:
+def write_config(directory: PathLike, config: dict[str, Any]) -> Path:
     """Write ``config.json`` into ``directory`` atomically."""
     path = Path(directory) / CONFIG_NAME
     with atomic_write(path, "w") as handle:
@@ -123,7 +129,7 @@ def write_config(directory: PathLike, config: Dict[str, Any]) -> Path:
     return path
 
 
-def read_config(directory: PathLike, contained: bool = True) -> Dict[str, Any]:
+def read_config(directory: PathLike, contained: bool = True) -> dict[str, Any]:
     """Read a model directory's ``config.json``: a JSON object, or a clear error naming the file.
 
     Raises ``FileNotFoundError`` when it is missing and :class:`ModelDirectoryError` (a ``ValueError``)
@@ -140,11 +146,11 @@ def read_config(directory: PathLike, contained: bool = True) -> Dict[str, Any]:
 def write_model_directory(
     directory: PathLike,
     model: nn.Module,
-    specs: "List[TensorSpec]",
-    produce: "Callable[[TensorSpec], torch.Tensor]",
-    source: Optional[Dict[str, Any]] = None,
-    written: "Optional[Callable[[TensorSpec], None]]" = None,
-    label_names: Optional[List[str]] = None,
+    specs: list[TensorSpec],
+    produce: Callable[[TensorSpec], torch.Tensor],
+    source: dict[str, Any] | None = None,
+    written: Callable[[TensorSpec], None] | None = None,
+    label_names: list[str] | None = None,
 ) -> str:
     """Write ``model.safetensors`` (tensor by tensor: ``produce(spec)`` for each of ``specs``), then
     ``config.json`` describing ``model`` (which may live on ``meta``) with the weights' sha256.
@@ -159,8 +165,9 @@ def write_model_directory(
     return sha256
 
 
-def save_model_directory(model: nn.Module, directory: PathLike, source: Optional[Dict[str, Any]] = None,
-                         label_names: Optional[List[str]] = None) -> Path:
+def save_model_directory(
+    model: nn.Module, directory: PathLike, source: dict[str, Any] | None = None, label_names: list[str] | None = None
+) -> Path:
     """Write a model held in memory (DDP / ``torch.compile`` wrappers unwrapped) as a model directory.
 
     ``timm.create_model("local-dir:DIR", pretrained=True)`` rebuilds it from the config and loads the
@@ -175,8 +182,9 @@ def save_model_directory(model: nn.Module, directory: PathLike, source: Optional
     return directory
 
 
-def config_model_args(config: Dict[str, Any], shapes: Mapping[str, Tuple[int, ...]],
-                      label: str) -> Tuple[str, Dict[str, Any]]:
+def config_model_args(
+    config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]], label: str
+) -> tuple[str, dict[str, Any]]:
     """The architecture and ``create_model`` keyword arguments a model directory's config asks for.
 
     The config is data: its ``model_args`` pass the allow-list and bounds of
@@ -189,30 +197,41 @@ def config_model_args(config: Dict[str, Any], shapes: Mapping[str, Tuple[int, ..
         raise ModelDirectoryError(
             f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
             f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
-            f"timm.create_model('hf-hub:...') / 'local-dir:...'.")
+            f"timm.create_model('hf-hub:...') / 'local-dir:...'."
+        )
     pretrained_cfg = config.get("pretrained_cfg", {})
     if not isinstance(pretrained_cfg, dict):
-        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} pretrained_cfg is a {type(pretrained_cfg).__name__}; "
-                                  "expected an object")
-    cfg = {"num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
-           "input_size": pretrained_cfg.get("input_size"), "label_names": config.get("label_names")}
+        raise ModelDirectoryError(
+            f"{label}: {CONFIG_NAME} pretrained_cfg is a {type(pretrained_cfg).__name__}; expected an object"
+        )
+    cfg = {
+        "num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
+        "input_size": pretrained_cfg.get("input_size"),
+        "label_names": config.get("label_names"),
+    }
     try:
-        kwargs = check_saved_config(ARCHITECTURES[architecture], config.get("model_args") or {}, cfg,
-                                    f"{label}: {CONFIG_NAME}", shapes)
+        kwargs = check_saved_config(
+            ARCHITECTURES[architecture], config.get("model_args") or {}, cfg, f"{label}: {CONFIG_NAME}", shapes
+        )
         if pretrained_cfg.get("label_names") is not None:
-            check_label_names(pretrained_cfg["label_names"], cfg["num_classes"], f"{label}: {CONFIG_NAME} pretrained_cfg")
+            check_label_names(
+                pretrained_cfg["label_names"], cfg["num_classes"], f"{label}: {CONFIG_NAME} pretrained_cfg"
+            )
     except ModelArgsError as err:
         raise ModelDirectoryError(str(err)) from None
     kwargs.setdefault("num_classes", cfg["num_classes"])
     metadata = config.get(METADATA_KEY, {})
     if not isinstance(metadata, dict) or not isinstance(metadata.get("sha256", ""), str):
-        raise ModelDirectoryError(f"{label}: {CONFIG_NAME}'s {METADATA_KEY!r} entry is damaged: expected "
-                                  '{"sha256": "<hex>", "source": {...}}')
+        raise ModelDirectoryError(
+            f"{label}: {CONFIG_NAME}'s {METADATA_KEY!r} entry is damaged: expected "
+            '{"sha256": "<hex>", "source": {...}}'
+        )
     return architecture, kwargs
 
 
-def check_model_directory(directory: PathLike, require_sha256: bool = True, label: Optional[str] = None,
-                          strict: bool = False) -> Tuple[Dict[str, Any], nn.Module]:
+def check_model_directory(
+    directory: PathLike, require_sha256: bool = True, label: str | None = None, strict: bool = False
+) -> tuple[dict[str, Any], nn.Module]:
     """Check that ``directory`` holds weights for a registered architecture, as its config says.
 
     Returns the config and the model built from it on ``meta`` (no memory). Raises
@@ -231,7 +250,9 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True, labe
         raise ModelDirectoryError(f"{label}: {err}") from None
     weights = directory / WEIGHTS_NAME
     if not os.path.lexists(weights):
-        raise ModelDirectoryError(f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+        raise ModelDirectoryError(
+            f"{label}: no {WEIGHTS_NAME}; a model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}"
+        )
     try:
         regular_file(weights, ModelDirectoryError, inside=directory)
     except ModelDirectoryError as err:
@@ -243,14 +264,17 @@ def check_model_directory(directory: PathLike, require_sha256: bool = True, labe
     expected = config.get(METADATA_KEY, {}).get("sha256")
     if expected is None:
         if require_sha256:
-            raise ModelDirectoryError(f"{label}: {CONFIG_NAME} has no '{METADATA_KEY}.sha256', so {WEIGHTS_NAME} "
-                                      "cannot be verified; push it with `vitscratch push`, which records it")
+            raise ModelDirectoryError(
+                f"{label}: {CONFIG_NAME} has no '{METADATA_KEY}.sha256', so {WEIGHTS_NAME} "
+                "cannot be verified; push it with `vitscratch push`, which records it"
+            )
     else:
         actual = sha256_file(weights)
         if actual != expected:
             raise ModelDirectoryError(
                 f"{label}: {WEIGHTS_NAME} has sha256 {actual}, but {CONFIG_NAME} says {expected}: "
-                "these are not the weights the config describes")
+                "these are not the weights the config describes"
+            )
     _check_finite(weights, label, strict)
     return config, model
 
@@ -265,14 +289,16 @@ def _check_finite(weights: Path, label: str, strict: bool) -> None:
         bad = [key for key in handle.keys() if not _all_finite(handle.get_tensor(key))]
     if not bad:
         return
-    message = (f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({', '.join(bad[:3])}"
-               f"{', ...' if len(bad) > 3 else ''}); such a model computes NaN")
+    message = (
+        f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({', '.join(bad[:3])}"
+        f"{', ...' if len(bad) > 3 else ''}); such a model computes NaN"
+    )
     if strict:
         raise ModelDirectoryError(message)
     warnings.warn(message, NonFiniteWeightsWarning, stacklevel=3)
 
 
-def _all_finite(tensor: "torch.Tensor") -> bool:
+def _all_finite(tensor: torch.Tensor) -> bool:
     """No NaN or Inf in ``tensor``, computed in numpy: a pull may run in a forked process, where torch's
     thread pool (started in the parent) is not safe to use."""
     if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: all exponent bits set is Inf or NaN
@@ -281,46 +307,55 @@ def _all_finite(tensor: "torch.Tensor") -> bool:
     return bool(np.isfinite(tensor.numpy()).all())
 
 
-def _meta_model(architecture: str, kwargs: Dict[str, Any], label: str) -> nn.Module:
+def _meta_model(architecture: str, kwargs: dict[str, Any], label: str) -> nn.Module:
     try:
         return build_on_meta(architecture, **kwargs)
     except Exception as err:  # any argument the model rejects, however it rejects it
-        raise ModelDirectoryError(f"{label}: {CONFIG_NAME} model_args {kwargs} do not build "
-                                  f"{architecture}: {type(err).__name__}: {err}") from None
+        raise ModelDirectoryError(
+            f"{label}: {CONFIG_NAME} model_args {kwargs} do not build {architecture}: {type(err).__name__}: {err}"
+        ) from None
 
 
 #: the dtypes a model directory's weights may have (the model's dtype, or a cast timm's load does)
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 
 
-def _tensor_shapes(weights: Path, label: str) -> Dict[str, Tuple[Tuple[int, ...], str]]:
+def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """Names, shapes and dtypes from the safetensors header (validated by the library; no tensor is read)."""
     with open(weights, "rb") as handle:
         head = handle.read(9)
     # safetensors starts with its header's length, then "{"; torch.save writes a zip or a pickle
     if head[8:9] != b"{" and (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
-        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
-                                  f"`vitscratch convert {weights} OUT_DIR`")
+        raise ModelDirectoryError(
+            f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
+            f"`vitscratch convert {weights} OUT_DIR`"
+        )
     try:
         with safe_open(str(weights), framework="pt") as handle:
-            found = {k: (tuple(handle.get_slice(k).get_shape()), handle.get_slice(k).get_dtype())
-                     for k in handle.keys()}
+            found = {
+                k: (tuple(handle.get_slice(k).get_shape()), handle.get_slice(k).get_dtype()) for k in handle.keys()
+            }
     except Exception as err:  # safetensors raises its own error types for a damaged header
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
     odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_DTYPES]
     if odd:
-        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} holds tensors that are not floating point: "
-                                  f"{', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''}; expected "
-                                  f"{', '.join(FLOAT_DTYPES)}")
+        raise ModelDirectoryError(
+            f"{label}: {WEIGHTS_NAME} holds tensors that are not floating point: "
+            f"{', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''}; expected "
+            f"{', '.join(FLOAT_DTYPES)}"
+        )
     return found
 
 
-def _check_tensors(found: Dict[str, Tuple[Tuple[int, ...], str]], model: nn.Module, label: str) -> None:
+def _check_tensors(found: dict[str, tuple[tuple[int, ...], str]], model: nn.Module, label: str) -> None:
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [f"missing {k}" for k in expected if k not in found]
     problems += [f"unexpected {k}" for k in found if k not in expected]
-    problems += [f"{k}: {found[k][0]} where the architecture needs {v}" for k, v in expected.items()
-                 if k in found and found[k][0] != v]
+    problems += [
+        f"{k}: {found[k][0]} where the architecture needs {v}"
+        for k, v in expected.items()
+        if k in found and found[k][0] != v
+    ]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} does not fit the architecture in {CONFIG_NAME}: {shown}")

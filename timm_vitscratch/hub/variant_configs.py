@@ -6,30 +6,31 @@ Each file is what timm's ``save_config_for_hf`` writes for the variant at its de
 Regenerate with ``python -m timm_vitscratch.hub.variant_configs hub_configs``;
 ``--check`` reports files that are missing, stale or foreign instead of writing.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-from ..models.build import build_on_meta
 from ..files import PathLike, atomic_write
-from .model_dir import model_config
+from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES
+from .model_dir import model_config
 
 
-def variant_config(name: str) -> Dict[str, Any]:
+def variant_config(name: str) -> dict[str, Any]:
     """timm's Hub config of a registered variant at its default arguments."""
     return model_config(build_on_meta(name))
 
 
-def render(config: Dict[str, Any]) -> str:
+def render(config: dict[str, Any]) -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-def write_hub_configs(directory: PathLike) -> List[Path]:
+def write_hub_configs(directory: PathLike) -> list[Path]:
     """Write one ``<model>.json`` per registered variant into ``directory`` (atomically, each)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -42,7 +43,7 @@ def write_hub_configs(directory: PathLike) -> List[Path]:
     return written
 
 
-def out_of_sync(directory: PathLike) -> List[str]:
+def out_of_sync(directory: PathLike) -> list[str]:
     """What differs between ``directory`` and the registry: one line per missing, stale or foreign file."""
     directory = Path(directory)
     problems = []
@@ -52,13 +53,18 @@ def out_of_sync(directory: PathLike) -> List[str]:
             problems.append(f"missing {path}")
         elif path.read_text() != render(variant_config(name)):
             problems.append(f"stale {path}")
-    problems += [f"foreign {p} (no registered variant {p.stem})" for p in sorted(directory.glob("*.json"))
-                 if p.stem not in ARCHITECTURES]
+    problems += [
+        f"foreign {p} (no registered variant {p.stem})"
+        for p in sorted(directory.glob("*.json"))
+        if p.stem not in ARCHITECTURES
+    ]
     return problems
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m timm_vitscratch.hub.variant_configs", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m timm_vitscratch.hub.variant_configs", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("out_dir", nargs="?", default="hub_configs", help="directory of <model>.json files")
     parser.add_argument("--check", action="store_true", help="report differences instead of writing")
     args = parser.parse_args(argv)

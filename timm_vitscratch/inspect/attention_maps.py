@@ -4,12 +4,12 @@ Attention rollout (Abnar & Zuidema, 2020): average each block's attention over h
 identity for the residual path and renormalise rows, then multiply the blocks' matrices from the
 first to the last. Every matrix here is row-stochastic: each row sums to 1.
 """
+
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 import numpy as np
 import timm
@@ -35,15 +35,15 @@ DPI = 100
 class AttentionMaps:
     """Attention of a batch of B images; N tokens = prefix tokens + grid_size[0] * grid_size[1] patches."""
 
-    blocks: List[torch.Tensor]  # per block (B, heads, N, N)
+    blocks: list[torch.Tensor]  # per block (B, heads, N, N)
     last_block: torch.Tensor  # (B, N, N): the last block averaged over heads
     rollout: torch.Tensor  # (B, N, N): rollout across all blocks
     num_prefix_tokens: int
-    grid_size: Tuple[int, int]
+    grid_size: tuple[int, int]
 
     def cls_patch_map(self, matrix: torch.Tensor) -> torch.Tensor:
         """The class token's row of ``matrix`` over the patch tokens, as a (B, grid_h, grid_w) map."""
-        return matrix[:, 0, self.num_prefix_tokens:].reshape(-1, *self.grid_size)
+        return matrix[:, 0, self.num_prefix_tokens :].reshape(-1, *self.grid_size)
 
     @property
     def cls_last_block(self) -> torch.Tensor:
@@ -54,9 +54,9 @@ class AttentionMaps:
         return self.cls_patch_map(self.rollout)
 
 
-def attention_rollout(blocks: List[torch.Tensor]) -> torch.Tensor:
+def attention_rollout(blocks: list[torch.Tensor]) -> torch.Tensor:
     """Rollout of per-block (B, heads, N, N) attention: (B, N, N), rows summing to 1."""
-    rollout: Optional[torch.Tensor] = None
+    rollout: torch.Tensor | None = None
     for attn in blocks:
         mixed = 0.5 * attn.mean(dim=1) + 0.5 * torch.eye(attn.shape[-1], dtype=attn.dtype, device=attn.device)
         mixed = mixed / mixed.sum(dim=-1, keepdim=True)
@@ -69,8 +69,9 @@ def attention_rollout(blocks: List[torch.Tensor]) -> torch.Tensor:
 def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
     """Run ``model``'s eager attention path on (B, C, H, W) ``images`` and collect the maps."""
     if not hasattr(model, "forward_attention"):
-        raise ValueError(f"{type(model).__name__} has no forward_attention: attention maps need a "
-                         "timm_vitscratch VisionTransformer")
+        raise ValueError(
+            f"{type(model).__name__} has no forward_attention: attention maps need a timm_vitscratch VisionTransformer"
+        )
     was_training = model.training
     model.eval()
     try:
@@ -78,22 +79,29 @@ def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
             _, blocks = model.forward_attention(images)
     finally:
         model.train(was_training)
-    return AttentionMaps(blocks=blocks, last_block=blocks[-1].mean(dim=1), rollout=attention_rollout(blocks),
-                         num_prefix_tokens=model.num_prefix_tokens, grid_size=tuple(model.patch_embed.grid_size))
+    return AttentionMaps(
+        blocks=blocks,
+        last_block=blocks[-1].mean(dim=1),
+        rollout=attention_rollout(blocks),
+        num_prefix_tokens=model.num_prefix_tokens,
+        grid_size=tuple(model.patch_embed.grid_size),
+    )
 
 
 def _with_weights(name: str, kwargs: dict) -> nn.Module:
     """timm's loader on ``name``; a local directory must hold safetensors (no pickle is read here)."""
-    if name.startswith("local-dir:") and not (Path(name[len("local-dir:"):]) / "model.safetensors").is_file():
-        raise ModelDirectoryError(f"{name[len('local-dir:'):]}: no model.safetensors; a model directory holds "
-                                  "config.json and model.safetensors (convert other weights with vitscratch convert)")
+    if name.startswith("local-dir:") and not (Path(name[len("local-dir:") :]) / "model.safetensors").is_file():
+        raise ModelDirectoryError(
+            f"{name[len('local-dir:') :]}: no model.safetensors; a model directory holds "
+            "config.json and model.safetensors (convert other weights with vitscratch convert)"
+        )
     try:
         return timm.create_model(name, pretrained=True, **kwargs)
     except RuntimeError as err:  # timm's loader raises RuntimeError for weights that do not fit
         raise ModelDirectoryError(f"{name}: cannot load the model: {str(err).splitlines()[0]}") from None
 
 
-def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Module, str]:
+def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[nn.Module, str]:
     """A model with its weights (a pretrained tag, a model directory, ``local-dir:``, ``hf-hub:``) or a bare
     registered name (random weights, seed 0).
 
@@ -116,10 +124,14 @@ def load_model(name_or_dir: str, img_size: Optional[int] = None) -> Tuple[nn.Mod
     kept = len(model.blocks) * model.blocks[0].attn.num_heads * tokens * tokens * 4
     if kept > MAX_ATTENTION_BYTES:
         # every block's attention matrix is kept for the picture: tokens^2 per head
-        raise ValueError(f"{description} at {tokens} tokens would keep {kept:,} bytes of attention maps; expected at "
-                         f"most {MAX_ATTENTION_BYTES:,} (give a smaller --img-size)")
+        raise ValueError(
+            f"{description} at {tokens} tokens would keep {kept:,} bytes of attention maps; expected at "
+            f"most {MAX_ATTENTION_BYTES:,} (give a smaller --img-size)"
+        )
     if model.patch_embed.in_chans != 3:
-        raise ValueError(f"attention pictures need an RGB model (in_chans=3), got in_chans={model.patch_embed.in_chans}")
+        raise ValueError(
+            f"attention pictures need an RGB model (in_chans=3), got in_chans={model.patch_embed.in_chans}"
+        )
     return model.eval(), description
 
 
@@ -134,8 +146,9 @@ def load_image(path: PathLike, model: nn.Module) -> torch.Tensor:
         with Image.open(path) as image:
             image = image.convert("RGB")
     except (OSError, Image.DecompressionBombError) as err:
-        raise ValueError(f"cannot read image {str(path)!r}: {err}; expected an image file Pillow can open "
-                         "(PNG, JPEG, ...)") from None
+        raise ValueError(
+            f"cannot read image {str(path)!r}: {err}; expected an image file Pillow can open (PNG, JPEG, ...)"
+        ) from None
     config = resolve_data_config(args=dict(input_size=(3, *model.patch_embed.img_size)), model=model)
     return create_transform(**config)(image).unsqueeze(0)
 
@@ -148,8 +161,12 @@ def _denormalise(image: torch.Tensor, model: nn.Module) -> np.ndarray:
 
 
 def render_attention_png(
-    image: torch.Tensor, maps: AttentionMaps, model: nn.Module, title: str,
-    figsize: Tuple[float, float] = FIGSIZE, dpi: int = DPI,
+    image: torch.Tensor,
+    maps: AttentionMaps,
+    model: nn.Module,
+    title: str,
+    figsize: tuple[float, float] = FIGSIZE,
+    dpi: int = DPI,
 ) -> bytes:
     """PNG bytes: the image as the model sees it, last-block CLS attention, and rollout, overlaid."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -161,15 +178,22 @@ def render_attention_png(
     FigureCanvasAgg(figure)
     depth = len(maps.blocks)
     heads = maps.blocks[-1].shape[1]
-    panels = [("input (as the model sees it)", None),
-              (f"last block: CLS attention\n(mean of {heads} heads)", maps.cls_last_block[0]),
-              (f"attention rollout\n({depth} blocks)", maps.cls_rollout[0])]
+    panels = [
+        ("input (as the model sees it)", None),
+        (f"last block: CLS attention\n(mean of {heads} heads)", maps.cls_last_block[0]),
+        (f"attention rollout\n({depth} blocks)", maps.cls_rollout[0]),
+    ]
     for index, (label, attention) in enumerate(panels, start=1):
         axes = figure.add_subplot(1, 3, index)
         axes.imshow(picture)
         if attention is not None:
-            axes.imshow(attention.float().numpy(), cmap="inferno", alpha=0.6, interpolation="bilinear",
-                        extent=(0, width, height, 0))
+            axes.imshow(
+                attention.float().numpy(),
+                cmap="inferno",
+                alpha=0.6,
+                interpolation="bilinear",
+                extent=(0, width, height, 0),
+            )
         axes.set_title(label, fontsize=9)
         axes.axis("off")
     figure.suptitle(title, fontsize=9)
@@ -179,7 +203,10 @@ def render_attention_png(
 
 
 def write_attention_png(
-    image_path: PathLike, name_or_dir: str, out: PathLike, img_size: Optional[int] = None,
+    image_path: PathLike,
+    name_or_dir: str,
+    out: PathLike,
+    img_size: int | None = None,
 ) -> AttentionMaps:
     """Load the model and image, compute the maps and write the picture to ``out`` atomically."""
     model, description = load_model(name_or_dir, img_size)

@@ -4,15 +4,15 @@ Convention: one multiply-add = one MAC; FLOPs = 2 x MACs. Only matrix products a
 convolution are counted, as ``torch.utils.flop_counter.FlopCounterMode`` does (it reports FLOPs,
 i.e. 2 x our MACs); biases, softmax, LayerNorm, GELU and residual adds are left out (well under 1%).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict
 
 from torch import nn
 
 
-def block_macs(tokens: int, embed_dim: int, mlp_hidden: int) -> Dict[str, int]:
+def block_macs(tokens: int, embed_dim: int, mlp_hidden: int) -> dict[str, int]:
     """MACs of one block on one image of ``tokens`` tokens.
 
     attention: qkv T·D·3D + scores QKᵀ T·T·D + weighted values T·T·D + projection T·D·D;
@@ -26,7 +26,7 @@ def _linear_macs(module: nn.Module) -> int:
     return module.in_features * module.out_features if isinstance(module, nn.Linear) else 0
 
 
-def forward_macs(model: nn.Module) -> Dict[str, int]:
+def forward_macs(model: nn.Module) -> dict[str, int]:
     """MACs per image of the architecture's full forward at the model's image size, by part.
 
     This is ``forward_head(forward_features(x))``, the figure comparable with timm's and

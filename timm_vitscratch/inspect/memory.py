@@ -6,10 +6,11 @@ through ``torch.autograd.graph.saved_tensors_hooks`` under mixed precision
 Parameters and the half-precision copies autocast makes of them are not activations (they are
 in the per-parameter training state) and are left out.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Dict, Set, Tuple
+from typing import Any
 
 import timm
 import torch
@@ -18,21 +19,27 @@ from torch import nn
 BYTES_PER_PARAM = OrderedDict(fp32=4, fp16=2, bf16=2)
 
 #: Mixed-precision AdamW keeps, per parameter (bytes): the upper-end accounting of ≈ 20 bytes.
-TRAINING_BYTES_PER_PARAM = OrderedDict([
-    ("fp16 weights", 2), ("fp16 gradients", 2), ("fp32 master weights", 4), ("fp32 master gradients", 4),
-    ("AdamW first moment (fp32)", 4), ("AdamW second moment (fp32)", 4),
-])
+TRAINING_BYTES_PER_PARAM = OrderedDict(
+    [
+        ("fp16 weights", 2),
+        ("fp16 gradients", 2),
+        ("fp32 master weights", 4),
+        ("fp32 master gradients", 4),
+        ("AdamW first moment (fp32)", 4),
+        ("AdamW second moment (fp32)", 4),
+    ]
+)
 
 #: Measure the whole model directly when one training forward of the batch is at most this many MACs.
 DIRECT_MEASURE_MAX_MACS = 5e9
 
 
-def weight_bytes(param_count: int) -> Dict[str, int]:
+def weight_bytes(param_count: int) -> dict[str, int]:
     """Bytes of the weights stored in fp32, fp16 and bf16."""
     return OrderedDict((dtype, param_count * size) for dtype, size in BYTES_PER_PARAM.items())
 
 
-def _reaches(node: Any, targets: Set[int], memo: Dict[int, Tuple[Any, bool]]) -> bool:
+def _reaches(node: Any, targets: set[int], memo: dict[int, tuple[Any, bool]]) -> bool:
     """Whether the autograd graph below ``node`` reaches one of the ``targets`` (leaf tensors' ids).
 
     ``memo`` holds earlier answers with their nodes (kept alive, so no id is reused meanwhile).
@@ -65,7 +72,7 @@ def measure_activation_bytes(model: nn.Module, batch: int, autocast: bool = True
     images = torch.randn(batch, in_chans, height, width, requires_grad=True)
     param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
     inputs, memo = {id(images)}, {}
-    saved: Dict[int, int] = {}
+    saved: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -78,8 +85,10 @@ def measure_activation_bytes(model: nn.Module, batch: int, autocast: bool = True
     was_training = model.training
     model.train()
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
-                torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with (
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast),
+        ):
             output = model(images)
         del output
     finally:
@@ -92,7 +101,7 @@ def _one_and_two_block_models(model_name: str, **kwargs: Any):
         yield timm.create_model(model_name, **{**kwargs, "depth": depth})
 
 
-def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> Dict[str, Any]:
+def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> dict[str, Any]:
     """Training activations of ``timm.create_model(model_name, **kwargs)`` for ``batch`` images.
 
     Small models (one batch forward at most ``DIRECT_MEASURE_MAX_MACS``) are measured whole at the
@@ -111,18 +120,24 @@ def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> Dic
     depth = len(reference.blocks)
     if forward_macs(reference)["total"] * batch <= DIRECT_MEASURE_MAX_MACS:
         model = timm.create_model(model_name, **kwargs)
-        return dict(bytes=measure_activation_bytes(model, batch), method=(
-            f"measured: one training forward of the whole model at batch {batch}"))
+        return dict(
+            bytes=measure_activation_bytes(model, batch),
+            method=(f"measured: one training forward of the whole model at batch {batch}"),
+        )
     measured_batch = min(batch, 2)
     one, two = (measure_activation_bytes(m, measured_batch) for m in _one_and_two_block_models(model_name, **kwargs))
     per_block = two - one
     total = (one + (depth - 1) * per_block) * batch // measured_batch
-    return dict(bytes=total, method=(
-        f"measured on real 1- and 2-block copies at batch {measured_batch} "
-        f"(each block {per_block // measured_batch:,} bytes per image), extrapolated to {depth} blocks "
-        f"and batch {batch}"))
+    return dict(
+        bytes=total,
+        method=(
+            f"measured on real 1- and 2-block copies at batch {measured_batch} "
+            f"(each block {per_block // measured_batch:,} bytes per image), extrapolated to {depth} blocks "
+            f"and batch {batch}"
+        ),
+    )
 
 
-def training_bytes(param_count: int) -> Dict[str, int]:
+def training_bytes(param_count: int) -> dict[str, int]:
     """Per-parameter training state of mixed-precision AdamW, in bytes, by item."""
     return OrderedDict((item, param_count * size) for item, size in TRAINING_BYTES_PER_PARAM.items())

@@ -1,19 +1,23 @@
 """Text reports: the zoo table and one model's summary (counts, tally, FLOPs, memory, layers)."""
+
 from __future__ import annotations
 
 import textwrap
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from ..models.build import build_on_meta
+from ..models.variants import ARCHITECTURES
 from .counts import (
-    TORCHVISION_EQUIVALENTS, leaf_module_param_count, torchvision_param_count, true_param_count,
+    TORCHVISION_EQUIVALENTS,
+    leaf_module_param_count,
+    torchvision_param_count,
+    true_param_count,
 )
 from .layer_table import LayerRow, render_layer_table
 from .report import build_report
-from ..models.variants import ARCHITECTURES
 
 
-def _fmt(value: Optional[int]) -> str:
+def _fmt(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
 
@@ -22,7 +26,7 @@ def zoo_table(reference: bool = True) -> str:
     header = ["model", "classes", "true count", "torchsummary count", "hidden"]
     if reference:
         header += ["torchvision", "same"]
-    rows: List[List[str]] = []
+    rows: list[list[str]] = []
     for name in ARCHITECTURES:
         model = build_on_meta(name)
         true_count, leaf_count = true_param_count(model), leaf_module_param_count(model)
@@ -30,26 +34,32 @@ def zoo_table(reference: bool = True) -> str:
         if reference:
             tv_count = torchvision_param_count(name)
             tv_name = TORCHVISION_EQUIVALENTS.get(name, "VisionTransformer")
-            row += [f"{tv_count:,} ({tv_name})" if tv_count is not None else "—",
-                    "—" if tv_count is None else ("yes" if tv_count == true_count else "NO")]
+            row += [
+                f"{tv_count:,} ({tv_name})" if tv_count is not None else "—",
+                "—" if tv_count is None else ("yes" if tv_count == true_count else "NO"),
+            ]
         rows.append(row)
     return _render(header, rows)
 
 
-def _render(header: List[str], rows: List[List[str]]) -> str:
+def _render(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    def line(cells: List[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        )
+
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
 
-def count_summary(model_name: str, num_classes: Optional[int] = None) -> str:
+def count_summary(model_name: str, num_classes: int | None = None) -> str:
     """Both counts for one model, why they differ, and the by-hand tally that sums to the true count."""
     report = build_report(model_name, num_classes=num_classes, activations=False)
     return "\n".join([_header(report), ""] + _count_lines(report) + [""] + _tally_lines(report))
 
 
-def render_report(report: Dict[str, Any]) -> str:
+def render_report(report: dict[str, Any]) -> str:
     """The text ``vitscratch summary`` prints for a report from ``build_report``."""
     lines = [_header(report), ""]
     if "layers" in report:
@@ -61,15 +71,17 @@ def render_report(report: Dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _header(report: Dict[str, Any]) -> str:
+def _header(report: dict[str, Any]) -> str:
     m = report["model"]
-    return (f"{m['name']}: image {m['img_size'][0]}x{m['img_size'][1]}, patch {m['patch_size'][0]} -> "
-            f"{m['num_patches']} patches + {m['prefix_tokens']} prefix token(s) = {m['tokens']} tokens; "
-            f"embed_dim {m['embed_dim']}, depth {m['depth']}, heads {m['num_heads']}, MLP {m['mlp_hidden']}, "
-            f"num_classes {m['num_classes']}")
+    return (
+        f"{m['name']}: image {m['img_size'][0]}x{m['img_size'][1]}, patch {m['patch_size'][0]} -> "
+        f"{m['num_patches']} patches + {m['prefix_tokens']} prefix token(s) = {m['tokens']} tokens; "
+        f"embed_dim {m['embed_dim']}, depth {m['depth']}, heads {m['num_heads']}, MLP {m['mlp_hidden']}, "
+        f"num_classes {m['num_classes']}"
+    )
 
 
-def _count_lines(report: Dict[str, Any]) -> List[str]:
+def _count_lines(report: dict[str, Any]) -> list[str]:
     c = report["counts"]
     lines = [
         "Parameters",
@@ -80,13 +92,13 @@ def _count_lines(report: Dict[str, Any]) -> List[str]:
         "  to the model itself, so it never sees them:",
     ]
     for name, item in c["hidden"].items():
-        lines.append(f"    {name:<12} {str(tuple(item['shape'])):<18} {item['params']:>12,}")
+        lines.append(f"    {name:<12} {tuple(item['shape'])!s:<18} {item['params']:>12,}")
     return lines
 
 
-def _block_groups(blocks: List[Dict[str, int]]) -> List[Tuple[int, int, Dict[str, int]]]:
+def _block_groups(blocks: list[dict[str, int]]) -> list[tuple[int, int, dict[str, int]]]:
     """Runs of consecutive identical blocks as (first, last, parts)."""
-    groups: List[Tuple[int, int, Dict[str, int]]] = []
+    groups: list[tuple[int, int, dict[str, int]]] = []
     for index, parts in enumerate(blocks):
         if groups and groups[-1][2] == parts:
             groups[-1] = (groups[-1][0], index, parts)
@@ -95,30 +107,41 @@ def _block_groups(blocks: List[Dict[str, int]]) -> List[Tuple[int, int, Dict[str
     return groups
 
 
-def _tally_lines(report: Dict[str, Any]) -> List[str]:
+def _tally_lines(report: dict[str, Any]) -> list[str]:
     t, h, depth = report["tally"], report["model"]["embed_dim"], report["model"]["depth"]
-    labels = [("patch_embedding", "patch embedding (conv)"), ("tokens", "class/dist tokens"),
-              ("position_embedding", "position embedding")]
+    labels = [
+        ("patch_embedding", "patch embedding (conv)"),
+        ("tokens", "class/dist tokens"),
+        ("position_embedding", "position embedding"),
+    ]
     lines = ["By-hand tally"]
     lines += [f"    {label:<30} {t[key]:>14,}" for key, label in labels if t[key]]
     for first, last, parts in _block_groups(t["blocks"]):
         span = f"block {first}" if first == last else f"blocks {first}-{last}, each"
-        lines.append(f"    {span:<30} {parts['total']:>14,}  = attention {parts['attention']:,} + "
-                     f"MLP {parts['mlp']:,} + norms {parts['norms']:,}")
+        lines.append(
+            f"    {span:<30} {parts['total']:>14,}  = attention {parts['attention']:,} + "
+            f"MLP {parts['mlp']:,} + norms {parts['norms']:,}"
+        )
     in_blocks = sum(b["total"] for b in t["blocks"])
-    lines.append(f"    {'encoder blocks':<30} {in_blocks:>14,}  = {depth} x (12h²+13h), h={h}: "
-                 f"{depth} x {report['analytic']['block']:,}")
-    labels = [("final_norm", "final norm"), ("representation", "representation (pre_logits)"),
-              ("head", "classifier head(s)")]
+    lines.append(
+        f"    {'encoder blocks':<30} {in_blocks:>14,}  = {depth} x (12h²+13h), h={h}: "
+        f"{depth} x {report['analytic']['block']:,}"
+    )
+    labels = [
+        ("final_norm", "final norm"),
+        ("representation", "representation (pre_logits)"),
+        ("head", "classifier head(s)"),
+    ]
     lines += [f"    {label:<30} {t[key]:>14,}" for key, label in labels if t[key]]
     lines.append(f"    {'total':<30} {t['total']:>14,}  (= true count)")
     return lines
 
 
-def _analytic_lines(report: Dict[str, Any]) -> List[str]:
+def _analytic_lines(report: dict[str, Any]) -> list[str]:
     a = report["analytic"]
-    notes = dict(attention="qkv 3h²+3h, projection h²+h", mlp="fc1 4h²+4h, fc2 4h²+h",
-                 norms="two LayerNorms, weight + bias")
+    notes = dict(
+        attention="qkv 3h²+3h, projection h²+h", mlp="fc1 4h²+4h, fc2 4h²+h", norms="two LayerNorms, weight + bias"
+    )
     lines = [f"Analytic, per block (h = {a['h']}, MLP ratio 4, qkv bias)"]
     for part, formula in a["part_formulas"].items():
         lines.append(f"    {part:<10} {formula:<9} = {a['parts'][part]:>12,}  ({notes[part]})")
@@ -126,14 +149,16 @@ def _analytic_lines(report: Dict[str, Any]) -> List[str]:
     if a["model"] is None:
         lines.append("    whole model from the architecture alone: not given (the formula takes square images)")
     elif a["model"] != report["counts"]["true"]:
-        lines.append(f"    whole model from the architecture alone: {a['model']:,} (the true count differs: the formula "
-                     "covers a plain ViT, with a class token, a learned position table and MLP ratio 4)")
+        lines.append(
+            f"    whole model from the architecture alone: {a['model']:,} (the true count differs: the formula "
+            "covers a plain ViT, with a class token, a learned position table and MLP ratio 4)"
+        )
     else:
         lines.append(f"    whole model from the architecture alone: {a['model']:,}")
     return lines
 
 
-def _share_lines(report: Dict[str, Any]) -> List[str]:
+def _share_lines(report: dict[str, Any]) -> list[str]:
     p, m = report["share"]["params"], report["share"]["macs"]
     return [
         "MLP vs attention",
@@ -145,19 +170,31 @@ def _share_lines(report: Dict[str, Any]) -> List[str]:
     ]
 
 
-def _flops_lines(report: Dict[str, Any]) -> List[str]:
+def _flops_lines(report: dict[str, Any]) -> list[str]:
     f, m = report["flops"], report["model"]
     macs = f["per_image_macs"]
-    labels = [("patch_embedding", "patch embedding"), ("attention", f"attention ({m['depth']} blocks)"),
-              ("mlp", f"MLP ({m['depth']} blocks)"), ("representation", "representation"), ("head", "head(s)")]
-    lines = [f"FLOPs, one forward at {m['img_size'][0]}x{m['img_size'][1]} (analytic: 1 MAC = one multiply-add, "
-             "FLOPs = 2 x MACs;", "  matrix products and the patch convolution only)"]
+    labels = [
+        ("patch_embedding", "patch embedding"),
+        ("attention", f"attention ({m['depth']} blocks)"),
+        ("mlp", f"MLP ({m['depth']} blocks)"),
+        ("representation", "representation"),
+        ("head", "head(s)"),
+    ]
+    lines = [
+        f"FLOPs, one forward at {m['img_size'][0]}x{m['img_size'][1]} (analytic: 1 MAC = one multiply-add, "
+        "FLOPs = 2 x MACs;",
+        "  matrix products and the patch convolution only)",
+    ]
     lines += [f"    {label:<24} {macs[key]:>18,} MACs" for key, label in labels if macs[key]]
-    lines.append(f"    {'per image':<24} {macs['total']:>18,} MACs = {macs['total'] / 1e9:.2f} GMACs "
-                 f"= {f['per_image_flops'] / 1e9:,.2f} GFLOPs")
+    lines.append(
+        f"    {'per image':<24} {macs['total']:>18,} MACs = {macs['total'] / 1e9:.2f} GMACs "
+        f"= {f['per_image_flops'] / 1e9:,.2f} GFLOPs"
+    )
     if f["batch"] > 1:
-        lines.append(f"    {'batch of ' + str(f['batch']):<24} {f['batch_macs']:>18,} MACs = "
-                     f"{f['batch_macs'] / 1e9:,.2f} GMACs = {f['batch_flops'] / 1e9:,.2f} GFLOPs")
+        lines.append(
+            f"    {'batch of ' + str(f['batch']):<24} {f['batch_macs']:>18,} MACs = "
+            f"{f['batch_macs'] / 1e9:,.2f} GMACs = {f['batch_flops'] / 1e9:,.2f} GFLOPs"
+        )
     return lines
 
 
@@ -169,7 +206,7 @@ def _bytes(value: int, exact: bool = False) -> str:
     return f"{value:,} bytes"
 
 
-def _memory_lines(report: Dict[str, Any]) -> List[str]:
+def _memory_lines(report: dict[str, Any]) -> list[str]:
     mem = report["memory"]
     w, t = mem["weights_bytes"], mem["training_mixed_precision_adamw"]
     items = " + ".join(f"{item} {size}" for item, size in t["bytes_per_param_by_item"].items())
@@ -191,7 +228,7 @@ def _memory_lines(report: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _norm_name(mean: Tuple[float, ...], std: Tuple[float, ...]) -> str:
+def _norm_name(mean: tuple[float, ...], std: tuple[float, ...]) -> str:
     from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN
 
     if tuple(mean) == IMAGENET_DEFAULT_MEAN and tuple(std) == IMAGENET_DEFAULT_STD:
@@ -208,12 +245,22 @@ def pretrained_table() -> str:
     from ..models.pretrained import pretrained_tags, top1
 
     header = ["tag", "weights", "classes", "input", "crop", "interp", "mean/std", "license", "top-1"]
-    rows: List[List[str]] = []
+    rows: list[list[str]] = []
     for name in sorted(pretrained_tags()):
         cfg = get_pretrained_cfg(name).to_dict()  # what timm's registry holds, not the table
         where = f"hf-hub:{cfg['hf_hub_id']}" if cfg.get("hf_hub_id") else cfg["url"].rsplit("/", 1)[-1]
         accuracy = top1(cfg)
-        rows.append([name, where, str(cfg["num_classes"]), str(cfg["input_size"][-1]), f"{cfg['crop_pct']:g}",
-                     cfg["interpolation"], _norm_name(cfg["mean"], cfg["std"]), cfg["license"],
-                     f"{accuracy:.2f}" if accuracy is not None else "—"])
+        rows.append(
+            [
+                name,
+                where,
+                str(cfg["num_classes"]),
+                str(cfg["input_size"][-1]),
+                f"{cfg['crop_pct']:g}",
+                cfg["interpolation"],
+                _norm_name(cfg["mean"], cfg["std"]),
+                cfg["license"],
+                f"{accuracy:.2f}" if accuracy is not None else "—",
+            ]
+        )
     return _render(header, rows)

@@ -3,10 +3,11 @@
 Counts, the by-hand tally, the analytic formulas, FLOPs and the per-layer table come from the model
 built on ``meta``; only the activation measurement runs real (small) tensors.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from torch import nn
 
@@ -14,8 +15,14 @@ from ..models.architecture import describe_model
 from ..models.build import build_on_meta
 from ..models.model_args import check_architecture, check_option
 from .counts import (
-    analytic_param_count, block_param_breakdown, block_param_formula, block_part_formulas, 
-    hidden_parameters, leaf_module_param_count, param_breakdown, true_param_count,
+    analytic_param_count,
+    block_param_breakdown,
+    block_param_formula,
+    block_part_formulas,
+    hidden_parameters,
+    leaf_module_param_count,
+    param_breakdown,
+    true_param_count,
 )
 from .flops import block_macs, forward_macs
 from .layer_table import layer_rows
@@ -23,22 +30,29 @@ from .memory import TRAINING_BYTES_PER_PARAM, estimate_activation_bytes, trainin
 from .model_ref import check_scratch_model, timm_model_name
 
 #: param_breakdown's labels -> the report's keys
-_TALLY_KEYS = OrderedDict([
-    ("patch embedding (conv)", "patch_embedding"), ("class/dist tokens", "tokens"),
-    ("position embedding", "position_embedding"), ("encoder blocks", "blocks"), ("final norm", "final_norm"),
-    ("representation (pre_logits)", "representation"), ("classifier head(s)", "head"),
-])
+_TALLY_KEYS = OrderedDict(
+    [
+        ("patch embedding (conv)", "patch_embedding"),
+        ("class/dist tokens", "tokens"),
+        ("position embedding", "position_embedding"),
+        ("encoder blocks", "blocks"),
+        ("final norm", "final_norm"),
+        ("representation (pre_logits)", "representation"),
+        ("classifier head(s)", "head"),
+    ]
+)
 
 WHY_COUNTS_DIFFER = (
     "torchsummary hooks modules and sums only each hooked module's weight and bias; the parameters "
     "the model holds itself (class token, position embedding, distillation token) belong to no such "
-    "module, so the leaf-module count misses them")
+    "module, so the leaf-module count misses them"
+)
 
 
-def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = None) -> Dict[str, Any]:
+def model_kwargs(num_classes: int | None = None, img_size: int | None = None) -> dict[str, Any]:
     """create_model overrides for the options the user gave, inside the bounds a config file has
     (:mod:`timm_vitscratch.models.model_args`); the whole model is checked once built on ``meta``."""
-    kwargs: Dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}
     if num_classes is not None:
         kwargs["num_classes"] = check_option("num_classes", num_classes, "--num-classes")
     if img_size is not None:
@@ -46,21 +60,30 @@ def model_kwargs(num_classes: Optional[int] = None, img_size: Optional[int] = No
     return kwargs
 
 
-def _describe(model: nn.Module, model_name: str, batch: int) -> Dict[str, Any]:
+def _describe(model: nn.Module, model_name: str, batch: int) -> dict[str, Any]:
     arch = describe_model(model)
     embed = model.patch_embed
     return OrderedDict(
-        name=model_name, img_size=list(embed.img_size), patch_size=list(embed.patch_size),
-        in_chans=arch.in_chans, num_patches=embed.num_patches, prefix_tokens=model.num_prefix_tokens,
-        tokens=embed.num_patches + model.num_prefix_tokens, embed_dim=arch.embed_dim,
-        depth=arch.depth, num_heads=arch.num_heads, mlp_hidden=arch.mlp_hidden, num_classes=arch.num_classes,
-        batch=batch)
+        name=model_name,
+        img_size=list(embed.img_size),
+        patch_size=list(embed.patch_size),
+        in_chans=arch.in_chans,
+        num_patches=embed.num_patches,
+        prefix_tokens=model.num_prefix_tokens,
+        tokens=embed.num_patches + model.num_prefix_tokens,
+        embed_dim=arch.embed_dim,
+        depth=arch.depth,
+        num_heads=arch.num_heads,
+        mlp_hidden=arch.mlp_hidden,
+        num_classes=arch.num_classes,
+        batch=batch,
+    )
 
 
-def _tally(model: nn.Module) -> Dict[str, Any]:
+def _tally(model: nn.Module) -> dict[str, Any]:
     groups = param_breakdown(model)
-    tally: Dict[str, Any] = OrderedDict((key, groups[label]) for label, key in _TALLY_KEYS.items())
-    blocks: List[Dict[str, int]] = []
+    tally: dict[str, Any] = OrderedDict((key, groups[label]) for label, key in _TALLY_KEYS.items())
+    blocks: list[dict[str, int]] = []
     for block in model.blocks:
         parts = block_param_breakdown(block)
         parts["total"] = sum(parts.values())
@@ -70,52 +93,71 @@ def _tally(model: nn.Module) -> Dict[str, Any]:
     return tally
 
 
-def _analytic(model: nn.Module) -> Dict[str, Any]:
+def _analytic(model: nn.Module) -> dict[str, Any]:
     h = model.embed_dim
     arch = describe_model(model)
     square = arch.img_size[0] == arch.img_size[1]
     return OrderedDict(
-        h=h, block_formula="12h²+13h", block=block_param_formula(h),
+        h=h,
+        block_formula="12h²+13h",
+        block=block_param_formula(h),
         parts=OrderedDict((k, v) for k, v in block_part_formulas(h).items()),
         part_formulas=OrderedDict(attention="4h²+4h", mlp="8h²+5h", norms="4h"),
         # the formula knows square images only; None where it does not apply
         model=analytic_param_count(
-            patch_size=arch.patch_size, embed_dim=arch.embed_dim, depth=arch.depth, num_classes=arch.num_classes,
-            img_size=arch.img_size[0], in_chans=arch.in_chans, representation_size=arch.representation_size,
-            distilled=arch.distilled) if square else None,
+            patch_size=arch.patch_size,
+            embed_dim=arch.embed_dim,
+            depth=arch.depth,
+            num_classes=arch.num_classes,
+            img_size=arch.img_size[0],
+            in_chans=arch.in_chans,
+            representation_size=arch.representation_size,
+            distilled=arch.distilled,
+        )
+        if square
+        else None,
     )
 
 
-def _share(tally: Dict[str, Any], macs: Dict[str, int], true_count: int) -> Dict[str, Any]:
+def _share(tally: dict[str, Any], macs: dict[str, int], true_count: int) -> dict[str, Any]:
     attention = sum(b["attention"] for b in tally["blocks"])
     mlp = sum(b["mlp"] for b in tally["blocks"])
     in_blocks = sum(b["total"] for b in tally["blocks"])
     return OrderedDict(
-        params=OrderedDict(attention=attention, mlp=mlp,
-                           attention_of_blocks=attention / in_blocks, mlp_of_blocks=mlp / in_blocks,
-                           attention_of_model=attention / true_count, mlp_of_model=mlp / true_count),
-        macs=OrderedDict(attention_of_forward=macs["attention"] / macs["total"],
-                         mlp_of_forward=macs["mlp"] / macs["total"]),
+        params=OrderedDict(
+            attention=attention,
+            mlp=mlp,
+            attention_of_blocks=attention / in_blocks,
+            mlp_of_blocks=mlp / in_blocks,
+            attention_of_model=attention / true_count,
+            mlp_of_model=mlp / true_count,
+        ),
+        macs=OrderedDict(
+            attention_of_forward=macs["attention"] / macs["total"], mlp_of_forward=macs["mlp"] / macs["total"]
+        ),
     )
 
 
-def _flops(model: nn.Module, batch: int) -> Dict[str, Any]:
+def _flops(model: nn.Module, batch: int) -> dict[str, Any]:
     per_image = forward_macs(model)
-    per_block = block_macs(model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim,
-                           model.blocks[0].mlp.fc1.out_features)
+    per_block = block_macs(
+        model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim, model.blocks[0].mlp.fc1.out_features
+    )
     return OrderedDict(
         convention="MACs = multiply-adds of matrix products and the patch convolution; FLOPs = 2 x MACs "
-                   "(FlopCounterMode's unit); biases, softmax, norms, GELU and adds are not counted",
-        per_image_macs=per_image, per_block_macs=per_block,
-        per_image_flops=2 * per_image["total"], batch=batch,
-        batch_macs=batch * per_image["total"], batch_flops=2 * batch * per_image["total"],
+        "(FlopCounterMode's unit); biases, softmax, norms, GELU and adds are not counted",
+        per_image_macs=per_image,
+        per_block_macs=per_block,
+        per_image_flops=2 * per_image["total"],
+        batch=batch,
+        batch_macs=batch * per_image["total"],
+        batch_flops=2 * batch * per_image["total"],
     )
 
 
-def _memory(model_name: str, kwargs: Dict[str, Any], true_count: int, batch: int,
-            activations: bool) -> Dict[str, Any]:
+def _memory(model_name: str, kwargs: dict[str, Any], true_count: int, batch: int, activations: bool) -> dict[str, Any]:
     states = training_bytes(true_count)
-    training: Dict[str, Any] = OrderedDict(
+    training: dict[str, Any] = OrderedDict(
         bytes_per_param=sum(TRAINING_BYTES_PER_PARAM.values()),
         bytes_per_param_by_item=OrderedDict(TRAINING_BYTES_PER_PARAM),
         states_bytes=sum(states.values()),
@@ -125,7 +167,8 @@ def _memory(model_name: str, kwargs: Dict[str, Any], true_count: int, batch: int
         training["activations_bytes"] = measured["bytes"]
         training["activations_method"] = measured["method"] + (
             "; tensors autograd saves for backward under torch.autocast(bfloat16), "
-            "parameters and their half-precision copies excluded")
+            "parameters and their half-precision copies excluded"
+        )
         training["total_bytes"] = training["states_bytes"] + measured["bytes"]
     return OrderedDict(
         weights_bytes=weight_bytes(true_count),
@@ -135,9 +178,13 @@ def _memory(model_name: str, kwargs: Dict[str, Any], true_count: int, batch: int
 
 
 def build_report(
-    model_name: str, num_classes: Optional[int] = None, img_size: Optional[int] = None, batch: int = 1,
-    layers: bool = False, activations: bool = True,
-) -> Dict[str, Any]:
+    model_name: str,
+    num_classes: int | None = None,
+    img_size: int | None = None,
+    batch: int = 1,
+    layers: bool = False,
+    activations: bool = True,
+) -> dict[str, Any]:
     """Everything ``vitscratch summary`` shows about one model, as JSON-ready data.
 
     ``model_name``: a registered name, a pretrained tag, a model directory, ``local-dir:DIR`` or
@@ -155,13 +202,15 @@ def build_report(
     hidden = hidden_parameters(model)
     tally = _tally(model)
     macs = forward_macs(model)
-    report: Dict[str, Any] = OrderedDict(
+    report: dict[str, Any] = OrderedDict(
         model=_describe(model, model_name, batch),
         counts=OrderedDict(
-            true=true_count, leaf_module=leaf_module_param_count(model),
+            true=true_count,
+            leaf_module=leaf_module_param_count(model),
             difference=true_count - leaf_module_param_count(model),
             hidden=OrderedDict((n, OrderedDict(shape=list(shapes[n].shape), params=c)) for n, c in hidden.items()),
-            why=WHY_COUNTS_DIFFER),
+            why=WHY_COUNTS_DIFFER,
+        ),
         tally=tally,
         analytic=_analytic(model),
         share=_share(tally, macs, true_count),

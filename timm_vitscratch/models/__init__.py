@@ -1,8 +1,17 @@
 """The model zoo: layers, the Vision Transformer, the registered variants and their pretrained cfgs."""
+
+from .checkpoint_filter import checkpoint_filter_fn
 from .layers import Attention, Block, DropPath, Mlp, PatchEmbed
 from .variants import ARCHITECTURES
-from .checkpoint_filter import checkpoint_filter_fn
 from .vision_transformer import VisionTransformer
 
-__all__ = ["ARCHITECTURES", "Attention", "Block", "DropPath", "Mlp", "PatchEmbed", "VisionTransformer",
-           "checkpoint_filter_fn"]
+__all__ = [
+    "ARCHITECTURES",
+    "Attention",
+    "Block",
+    "DropPath",
+    "Mlp",
+    "PatchEmbed",
+    "VisionTransformer",
+    "checkpoint_filter_fn",
+]

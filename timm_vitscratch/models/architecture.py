@@ -3,16 +3,17 @@
 The converter reads the same facts from a checkpoint's shapes (``convert.shape_inference``); the
 exporter, the inspection report and the model card describe built models with :func:`describe_model`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from torch import nn
 
 from .layers import to_2tuple
 
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 DEFAULT_NORM_EPS = 1e-6
 
 
@@ -23,20 +24,20 @@ class Arch:
     patch_size: int
     embed_dim: int
     depth: int
-    num_heads: Optional[int]  # None when the shapes cannot tell (fused or square projections)
+    num_heads: int | None  # None when the shapes cannot tell (fused or square projections)
     in_chans: int
-    grid: Tuple[int, int]  # patch grid of the position table
+    grid: tuple[int, int]  # patch grid of the position table
     num_classes: int
-    representation_size: Optional[int]
+    representation_size: int | None
     distilled: bool
     mlp_hidden: int
     norm_eps: float = DEFAULT_NORM_EPS
     #: timm constructor options read from key names / shapes (reg_tokens, init_values, fc_norm, ...)
-    options: Dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
     #: one line when the head count was assumed rather than read
-    heads_note: Optional[str] = None
+    heads_note: str | None = None
     #: the facts shapes cannot tell (heads, activation, eps) that nothing recorded, with the value assumed
-    assumed: Dict[str, Any] = field(default_factory=dict)
+    assumed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -49,7 +50,7 @@ class Arch:
         return 0 if self.options.get("no_embed_class") else self.num_prefix_tokens
 
     @property
-    def img_size(self) -> Tuple[int, int]:
+    def img_size(self) -> tuple[int, int]:
         return self.grid[0] * self.patch_size, self.grid[1] * self.patch_size
 
     @property
@@ -58,21 +59,33 @@ class Arch:
 
     def describe(self) -> str:
         heads = f", heads {self.num_heads}" if self.num_heads else ""
-        rep = f", representation {self.representation_size}" if self.representation_size else ", no representation layer"
+        rep = (
+            f", representation {self.representation_size}" if self.representation_size else ", no representation layer"
+        )
         mlp = f", mlp_ratio {self.mlp_ratio:g}" if self.mlp_hidden != 4 * self.embed_dim else ""
         options = "".join(f", {k}={v}" for k, v in self.options.items())
-        return (f"patch {self.patch_size}, embed_dim {self.embed_dim}, depth {self.depth}{heads}{mlp}{rep}, "
-                f"{'distilled' if self.distilled else 'not distilled'}, {self.num_classes} classes, "
-                f"img_size {self.img_size[0]}x{self.img_size[1]}{options}")
+        return (
+            f"patch {self.patch_size}, embed_dim {self.embed_dim}, depth {self.depth}{heads}{mlp}{rep}, "
+            f"{'distilled' if self.distilled else 'not distilled'}, {self.num_classes} classes, "
+            f"img_size {self.img_size[0]}x{self.img_size[1]}{options}"
+        )
 
-    def constructor_args(self, img_size: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
+    def constructor_args(self, img_size: tuple[int, int] | None = None) -> dict[str, Any]:
         """Every architecture-defining ``VisionTransformer`` argument of this architecture."""
         size = tuple(img_size or self.img_size)
         return dict(
-            img_size=size[0] if size[0] == size[1] else size, patch_size=self.patch_size,
-            embed_dim=self.embed_dim, depth=self.depth, num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
-            representation_size=self.representation_size, distilled=self.distilled, in_chans=self.in_chans,
-            norm_eps=self.norm_eps, **self.options)
+            img_size=size[0] if size[0] == size[1] else size,
+            patch_size=self.patch_size,
+            embed_dim=self.embed_dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            mlp_ratio=self.mlp_ratio,
+            representation_size=self.representation_size,
+            distilled=self.distilled,
+            in_chans=self.in_chans,
+            norm_eps=self.norm_eps,
+            **self.options,
+        )
 
 
 def describe_model(model: nn.Module) -> Arch:
@@ -80,10 +93,15 @@ def describe_model(model: nn.Module) -> Arch:
     embed = model.patch_embed.proj.weight.shape
     pre_logits = getattr(model, "pre_logits", None)
     return Arch(
-        patch_size=to_2tuple(model.patch_embed.patch_size, "patch_size")[0], embed_dim=embed[0],
-        depth=len(model.blocks), num_heads=model.blocks[0].attn.num_heads, in_chans=embed[1],
-        grid=tuple(model.patch_embed.grid_size), num_classes=model.num_classes,
+        patch_size=to_2tuple(model.patch_embed.patch_size, "patch_size")[0],
+        embed_dim=embed[0],
+        depth=len(model.blocks),
+        num_heads=model.blocks[0].attn.num_heads,
+        in_chans=embed[1],
+        grid=tuple(model.patch_embed.grid_size),
+        num_classes=model.num_classes,
         representation_size=pre_logits.fc.out_features if hasattr(pre_logits, "fc") else None,
-        distilled=bool(getattr(model, "distilled", False)), mlp_hidden=model.blocks[0].mlp.fc1.out_features,
+        distilled=bool(getattr(model, "distilled", False)),
+        mlp_hidden=model.blocks[0].mlp.fc1.out_features,
         norm_eps=getattr(model.norm, "eps", DEFAULT_NORM_EPS),
     )

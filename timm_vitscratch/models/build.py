@@ -1,7 +1,8 @@
 """Building models without storage: for counting, for loading by assignment, and for a fast cold start."""
+
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import timm
 import torch
@@ -19,7 +20,7 @@ def build_on_meta(model_name: str, **kwargs: Any) -> nn.Module:
         return timm.create_model(model_name, **{**kwargs, "device": "meta"})
 
 
-def _construct_on_meta(kwargs: Dict[str, Any]) -> Tuple[VisionTransformer, Optional[torch.device]]:
+def _construct_on_meta(kwargs: dict[str, Any]) -> tuple[VisionTransformer, torch.device | None]:
     """Build on ``meta`` with timm's ``dtype`` applied; return the model and the ``device`` asked for.
 
     timm's ``device`` / ``dtype`` factory arguments are taken out of ``kwargs``: the model is always

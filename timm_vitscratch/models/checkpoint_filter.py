@@ -11,11 +11,13 @@ After a load every tensor of the body comes from the checkpoint. Only a classifi
 representation layer) the checkpoint does not have, or has at another size, is freshly initialised,
 and that is said in one logged line. What cannot be mapped is a ``ConversionError`` naming the keys.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Set
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -30,13 +32,14 @@ _logger = logging.getLogger(__name__)
 HEAD_PREFIXES = ("head.", "head_dist.", "pre_logits.")
 
 
-def _shown(keys: List[str], limit: int = 6) -> str:
+def _shown(keys: list[str], limit: int = 6) -> str:
     ordered = sorted(keys)
-    return ", ".join(repr(k) for k in ordered[:limit]) + (f", ... ({len(ordered)} in all)" if len(ordered) > limit
-                                                           else "")
+    return ", ".join(repr(k) for k in ordered[:limit]) + (
+        f", ... ({len(ordered)} in all)" if len(ordered) > limit else ""
+    )
 
 
-def _detect(checkpoint: Any, own: Set[str]) -> "SourceFormat":
+def _detect(checkpoint: Any, own: set[str]) -> SourceFormat:
     from ..convert.formats import detect_format, formats
     from ..errors import ConversionError
 
@@ -48,7 +51,8 @@ def _detect(checkpoint: Any, own: Set[str]) -> "SourceFormat":
     except ConversionError:
         raise ConversionError(
             f"cannot load this checkpoint: keys not recognised: {_shown(list(keys - own))}. Expected a scratch/timm "
-            f"ViT state dict or the layout of torchvision, Hugging Face transformers or Google's JAX ViT") from None
+            f"ViT state dict or the layout of torchvision, Hugging Face transformers or Google's JAX ViT"
+        ) from None
 
 
 def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
@@ -60,12 +64,13 @@ def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
     return tensor
 
 
-def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: "SourceFormat") -> torch.Tensor:
+def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: SourceFormat) -> torch.Tensor:
     from timm.layers import resample_abs_pos_embed
 
     prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
-    return resample_abs_pos_embed(value, new_size=list(model.patch_embed.grid_size), num_prefix_tokens=prefix,
-                                  **fmt.resample.kwargs())
+    return resample_abs_pos_embed(
+        value, new_size=list(model.patch_embed.grid_size), num_prefix_tokens=prefix, **fmt.resample.kwargs()
+    )
 
 
 def _resample_patch_kernel(weight: torch.Tensor, size: torch.Size) -> torch.Tensor:
@@ -75,7 +80,7 @@ def _resample_patch_kernel(weight: torch.Tensor, size: torch.Size) -> torch.Tens
     return resample_patch_embed(weight, list(size), interpolation="bicubic", antialias=True, verbose=False)
 
 
-def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[str, torch.Tensor]:
+def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
     """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present."""
     from ..convert.checkpoint import StateDictCheckpoint
     from ..convert.keymap import available
@@ -87,9 +92,9 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[st
     fmt = _detect(checkpoint, set(own))
     ignored = fmt.ignorable_keys(checkpoint)
     rules = fmt.key_map(keys, fmt.depth(keys))
-    out: Dict[str, torch.Tensor] = {}
-    used: Set[str] = set(ignored)
-    head_sources: Set[str] = set()
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set(ignored)
+    head_sources: set[str] = set()
     for target, rule in rules.items():
         if target.startswith(HEAD_PREFIXES):
             head_sources.update(rule.sources)
@@ -104,23 +109,30 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[st
         used.update(rule.sources)
     unmatched = sorted(keys - used - head_sources)
     if unmatched:
-        raise ConversionError(f"cannot load this {fmt.name} checkpoint: keys with no place in the model: "
-                              f"{_shown(unmatched)}")
+        raise ConversionError(
+            f"cannot load this {fmt.name} checkpoint: keys with no place in the model: {_shown(unmatched)}"
+        )
     body = [k for k in own if not k.startswith(HEAD_PREFIXES)]
     missing = [k for k in body if k not in out]
     if missing:
-        raise ConversionError(f"cannot load this {fmt.name} checkpoint: it lacks {_shown(missing)}; a load never "
-                              f"leaves body weights random")
+        raise ConversionError(
+            f"cannot load this {fmt.name} checkpoint: it lacks {_shown(missing)}; a load never "
+            f"leaves body weights random"
+        )
     stem = "patch_embed.proj.weight"
     if stem in out and out[stem].shape[-2:] != own[stem].shape[-2:]:
         out[stem] = _resample_patch_kernel(out[stem], own[stem].shape[-2:])
     # another input channel count is left to timm's load_pretrained, which adapts the stem after this filter
-    wrong = [f"{k} {tuple(out[k].shape)} (model: {tuple(own[k].shape)})" for k in body
-             if out[k].shape != own[k].shape and not (k == stem and out[k].shape[2:] == own[k].shape[2:]
-                                                      and out[k].shape[0] == own[k].shape[0])]
+    wrong = [
+        f"{k} {tuple(out[k].shape)} (model: {tuple(own[k].shape)})"
+        for k in body
+        if out[k].shape != own[k].shape
+        and not (k == stem and out[k].shape[2:] == own[k].shape[2:] and out[k].shape[0] == own[k].shape[0])
+    ]
     if wrong:
-        raise ConversionError(f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: "
-                              f"{'; '.join(wrong[:5])}")
+        raise ConversionError(
+            f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: {'; '.join(wrong[:5])}"
+        )
     check_floating(out, f"{fmt.name} checkpoint")
     fresh = [k for k in own if k.startswith(HEAD_PREFIXES) and (k not in out or out[k].shape != own[k].shape)]
     _check_representation(own, out, fresh, keys & head_sources, fmt.name)
@@ -130,14 +142,19 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> Dict[st
     if fresh or dropped:
         parts = sorted({k.rsplit(".", 1)[0] for k in fresh})
         _logger.warning(
-            "loaded every body tensor from the %s checkpoint; freshly initialised: %s%s", fmt.name,
-            ", ".join(parts) or "nothing", f" (the checkpoint's {', '.join(sorted({k.rsplit('.', 1)[0] for k in dropped}))}"
-            " not used)" if dropped else "")
+            "loaded every body tensor from the %s checkpoint; freshly initialised: %s%s",
+            fmt.name,
+            ", ".join(parts) or "nothing",
+            f" (the checkpoint's {', '.join(sorted({k.rsplit('.', 1)[0] for k in dropped}))} not used)"
+            if dropped
+            else "",
+        )
     return out
 
 
-def _check_representation(own: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor], fresh: List[str],
-                          head_keys: Set[str], fmt: str) -> None:
+def _check_representation(
+    own: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor], fresh: list[str], head_keys: set[str], fmt: str
+) -> None:
     """A kept classifier must read what it was trained on: the checkpoint's representation layer (Linear +
     Tanh, "has_logits") exactly when the model has one. Otherwise the logits would be silently wrong, so
     the mismatch is refused unless the classifier itself is new (another ``num_classes``)."""
@@ -153,39 +170,54 @@ def _check_representation(own: Mapping[str, torch.Tensor], out: Mapping[str, tor
             f"this {fmt} checkpoint's classifier reads a representation layer (pre_logits, Linear + Tanh) that the "
             f"model does not have, so its logits would be wrong: build the model with representation_size="
             f"{out['head.weight'].shape[1]} (the scratch_*_in21k variants), or with another num_classes for a new "
-            f"classifier on the plain features")
+            f"classifier on the plain features"
+        )
     raise ConversionError(
         f"the model has a representation layer (pre_logits) that this {fmt} checkpoint does not, so it would be "
         f"random while the checkpoint's classifier is kept: build the model without representation_size, or with "
-        f"another num_classes so that both are new")
+        f"another num_classes so that both are new"
+    )
 
 
 def check_floating(state_dict: Mapping[str, Any], label: str = "checkpoint") -> None:
     """Weights must be floating point: an int8 or bool tensor would be cast to the model's dtype silently."""
     from ..errors import ConversionError
 
-    odd = [f"{k} ({str(v.dtype).replace('torch.', '')})" for k, v in state_dict.items()
-           if isinstance(v, torch.Tensor) and not v.is_floating_point()]
+    odd = [
+        f"{k} ({str(v.dtype).replace('torch.', '')})"
+        for k, v in state_dict.items()
+        if isinstance(v, torch.Tensor) and not v.is_floating_point()
+    ]
     if odd:
-        raise ConversionError(f"cannot load this {label}: {', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''} "
-                              f"{'is' if len(odd) == 1 else 'are'} not floating point; weights are float32, float16, "
-                              f"bfloat16 or float64 (cast to the model's dtype on load)")
+        raise ConversionError(
+            f"cannot load this {label}: {', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''} "
+            f"{'is' if len(odd) == 1 else 'are'} not floating point; weights are float32, float16, "
+            f"bfloat16 or float64 (cast to the model's dtype on load)"
+        )
 
 
-def checkpoint_filter_fn(state_dict: Dict[str, Any], model: nn.Module) -> Dict[str, torch.Tensor]:
+def checkpoint_filter_fn(state_dict: dict[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
     """timm's pretrained filter: any format ``convert`` reads -> ``model``'s state dict (see the module doc)."""
     return remap_state_dict(state_dict, model)
 
 
-def remap_on_load(module: nn.Module, state_dict: Dict[str, Any], prefix: str, local_metadata: Any, strict: bool,
-                  missing_keys: List[str], unexpected_keys: List[str], error_msgs: List[str]) -> None:
+def remap_on_load(
+    module: nn.Module,
+    state_dict: dict[str, Any],
+    prefix: str,
+    local_metadata: Any,
+    strict: bool,
+    missing_keys: list[str],
+    unexpected_keys: list[str],
+    error_msgs: list[str],
+) -> None:
     """``load_state_dict`` pre-hook: a foreign state dict is remapped in place before the model reads it.
 
     A state dict in the model's own names passes untouched (the usual case costs one set comparison);
     torch reports its missing or unexpected keys as ``strict`` asks (torch does not tell the hook).
     """
     own = set(module.state_dict())
-    mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    mine = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
     check_floating({k: v for k, v in mine.items() if k in own})
     if set(mine) <= own or not mine:
         return
@@ -199,7 +231,7 @@ def remap_on_load(module: nn.Module, state_dict: Dict[str, Any], prefix: str, lo
     state_dict.update({prefix + k: v for k, v in remapped.items()})
 
 
-def load_pretrained(model: nn.Module, checkpoint_path: "os.PathLike[str] | str", prefix: str = "") -> None:
+def load_pretrained(model: nn.Module, checkpoint_path: os.PathLike[str] | str, prefix: str = "") -> None:
     """timm's ``model.load_pretrained`` hook: load a JAX ``.npz`` (or any file ``convert`` reads)."""
     from ..convert.checkpoint import open_checkpoint
 

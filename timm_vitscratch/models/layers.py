@@ -4,15 +4,17 @@ Module and parameter names are timm's (``patch_embed.proj``, ``attn.qkv``, ``att
 ``ls1.gamma``, ``mlp.fc1``, ``attn_pool.latent`` ...) so that timm ViT/DeiT state dicts load
 without renames.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Tuple, Type, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from timm.layers import LayerNorm as TimmLayerNorm
 from timm.layers import Format, get_act_layer, get_norm_layer, resample_patch_embed
+from timm.layers import LayerNorm as TimmLayerNorm
 from torch import nn
 
 from .packing import PackedSegments
@@ -23,10 +25,10 @@ WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
 
 
 #: an activation as timm's ``act_layer`` takes it: a name timm knows, or a module class (or factory)
-ActLayer = Union[str, Type[nn.Module], Callable[[], nn.Module]]
+ActLayer = str | type[nn.Module] | Callable[[], nn.Module]
 
 
-def resolve_act_layer(act_layer: Optional[ActLayer]) -> Callable[[], nn.Module]:
+def resolve_act_layer(act_layer: ActLayer | None) -> Callable[[], nn.Module]:
     """timm's ``act_layer`` argument as a factory of MLP activations: a name is resolved by timm's
     ``get_act_layer`` (``'quick_gelu'``, ``'gelu_tanh'``, ``'silu'`` ...); None is ``nn.GELU`` (timm's default)."""
     if act_layer is None or act_layer == "":
@@ -35,8 +37,10 @@ def resolve_act_layer(act_layer: Optional[ActLayer]) -> Callable[[], nn.Module]:
         try:
             return get_act_layer(act_layer)
         except KeyError:
-            raise ValueError(f"act_layer {act_layer!r} is not an activation timm knows by name (timm.layers."
-                             f"get_act_layer), e.g. 'gelu', 'quick_gelu', 'gelu_tanh', 'silu'") from None
+            raise ValueError(
+                f"act_layer {act_layer!r} is not an activation timm knows by name (timm.layers."
+                f"get_act_layer), e.g. 'gelu', 'quick_gelu', 'gelu_tanh', 'silu'"
+            ) from None
     if not callable(act_layer):
         raise ValueError(f"act_layer must be an activation name or a module class, got {act_layer!r}")
     return act_layer
@@ -55,13 +59,15 @@ def norm_layer_eps(norm_layer: Any) -> float:
     except (AssertionError, KeyError, TypeError):
         layer = None
     if type(layer) not in (nn.LayerNorm, TimmLayerNorm) or not layer.elementwise_affine or layer.bias is None:
-        raise ValueError(f"norm_layer must be a LayerNorm (nn.LayerNorm, timm.layers.LayerNorm, 'layernorm', or "
-                         f"a partial of one with eps=...), got {norm_layer!r}; the model's norms are LayerNorms "
-                         f"with weight and bias (their eps is also norm_eps)")
+        raise ValueError(
+            f"norm_layer must be a LayerNorm (nn.LayerNorm, timm.layers.LayerNorm, 'layernorm', or "
+            f"a partial of one with eps=...), got {norm_layer!r}; the model's norms are LayerNorms "
+            f"with weight and bias (their eps is also norm_eps)"
+        )
     return float(layer.eps)
 
 
-def to_2tuple(value: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
+def to_2tuple(value: int | tuple[int, int], name: str) -> tuple[int, int]:
     """Return ``value`` as an (height, width) pair, accepting an int or a pair."""
     if isinstance(value, int):
         return value, value
@@ -73,7 +79,12 @@ def to_2tuple(value: Union[int, Tuple[int, int]], name: str) -> Tuple[int, int]:
 
 @torch.fx.wrap
 def check_image_shape(
-    x: torch.Tensor, in_chans: int, img_size: Tuple[int, int], patch_size: Tuple[int, int], strict: bool, pad: bool,
+    x: torch.Tensor,
+    in_chans: int,
+    img_size: tuple[int, int],
+    patch_size: tuple[int, int],
+    strict: bool,
+    pad: bool,
 ) -> torch.Tensor:
     """Raise a ValueError naming both shapes unless ``x`` is an image batch the patch embedding takes.
 
@@ -84,12 +95,15 @@ def check_image_shape(
     expected = f"(batch, {in_chans}, {img_size[0]}, {img_size[1]})" if strict else f"(batch, {in_chans}, height, width)"
     if x.dim() != 4 or x.shape[1] != in_chans or (strict and (x.shape[2] != img_size[0] or x.shape[3] != img_size[1])):
         shape = ", ".join([str(size) for size in x.shape])
-        raise ValueError(f"expected input of shape {expected} (batch, channels, height, width), got ({shape})"
-                         + ("; build with dynamic_img_size=True or call set_input_size() for other sizes"
-                            if strict else ""))
+        raise ValueError(
+            f"expected input of shape {expected} (batch, channels, height, width), got ({shape})"
+            + ("; build with dynamic_img_size=True or call set_input_size() for other sizes" if strict else "")
+        )
     if not strict and not pad and (x.shape[2] % patch_size[0] != 0 or x.shape[3] % patch_size[1] != 0):
-        raise ValueError(f"input height and width must be multiples of the patch size ({patch_size[0]}, "
-                         f"{patch_size[1]}), got {x.shape[2]}x{x.shape[3]}; build with dynamic_img_pad=True to pad")
+        raise ValueError(
+            f"input height and width must be multiples of the patch size ({patch_size[0]}, "
+            f"{patch_size[1]}), got {x.shape[2]}x{x.shape[3]}; build with dynamic_img_pad=True to pad"
+        )
     return x
 
 
@@ -105,14 +119,14 @@ class PatchEmbed(nn.Module):
 
     def __init__(
         self,
-        img_size: Union[int, Tuple[int, int]] = 224,
-        patch_size: Union[int, Tuple[int, int]] = 16,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int | tuple[int, int] = 16,
         in_chans: int = 3,
         embed_dim: int = 768,
         bias: bool = True,
         strict_img_size: bool = True,
         dynamic_img_pad: bool = False,
-        output_fmt: Optional[str] = None,
+        output_fmt: str | None = None,
     ) -> None:
         super().__init__()
         if in_chans < 1:
@@ -128,9 +142,9 @@ class PatchEmbed(nn.Module):
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
         self.norm = nn.Identity()
 
-    def _set_img_size(self, img_size: Union[int, Tuple[int, int]]) -> None:
+    def _set_img_size(self, img_size: int | tuple[int, int]) -> None:
         self.img_size = to_2tuple(img_size, "img_size")
-        for axis, (size, patch) in enumerate(zip(self.img_size, self.patch_size)):
+        for axis, (size, patch) in enumerate(zip(self.img_size, self.patch_size, strict=False)):
             if patch < 1 or size < patch or (size % patch and not self.dynamic_img_pad):
                 side = "height" if axis == 0 else "width"
                 raise ValueError(
@@ -140,37 +154,46 @@ class PatchEmbed(nn.Module):
         self.grid_size = self.dynamic_feat_size(self.img_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
 
-    def feat_ratio(self, as_scalar: bool = True) -> Union[Tuple[int, int], int]:
+    def feat_ratio(self, as_scalar: bool = True) -> tuple[int, int] | int:
         """How much smaller the patch grid is than the image: the patch size (its larger side as a scalar)."""
         return max(self.patch_size) if as_scalar else self.patch_size
 
-    def dynamic_feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
+    def dynamic_feat_size(self, img_size: tuple[int, int]) -> tuple[int, int]:
         """Patch grid (rows, columns) for an image of ``img_size`` (padded up with ``dynamic_img_pad``)."""
         if self.dynamic_img_pad:
             return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
         return img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1]
 
-    def set_input_size(self, img_size: Optional[Union[int, Tuple[int, int]]] = None,
-                       patch_size: Optional[Union[int, Tuple[int, int]]] = None) -> None:
+    def set_input_size(
+        self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None
+    ) -> None:
         """New image and/or patch size; a new patch size resamples the projection's kernel (FlexiViT's way)."""
         if patch_size is not None and to_2tuple(patch_size, "patch_size") != self.patch_size:
             new_size = to_2tuple(patch_size, "patch_size")
             old = self.proj
-            proj = nn.Conv2d(old.in_channels, old.out_channels, kernel_size=new_size, stride=new_size,
-                             bias=old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
+            proj = nn.Conv2d(
+                old.in_channels,
+                old.out_channels,
+                kernel_size=new_size,
+                stride=new_size,
+                bias=old.bias is not None,
+                device=old.weight.device,
+                dtype=old.weight.dtype,
+            )
             with torch.no_grad():
                 proj.weight.copy_(resample_patch_embed(old.weight, list(new_size)))
                 if old.bias is not None:
                     proj.bias.copy_(old.bias)
-            for new, previous in zip(proj.parameters(), old.parameters()):
+            for new, previous in zip(proj.parameters(), old.parameters(), strict=False):
                 new.requires_grad_(previous.requires_grad)
             self.proj = proj.train(old.training)
             self.patch_size = new_size
         self._set_img_size(self.img_size if img_size is None else img_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_image_shape(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size,
-                              self.dynamic_img_pad)
+        x = check_image_shape(
+            x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, self.dynamic_img_pad
+        )
         if self.dynamic_img_pad:
             pad_h = (self.patch_size[0] - x.shape[2] % self.patch_size[0]) % self.patch_size[0]
             pad_w = (self.patch_size[1] - x.shape[3] % self.patch_size[1]) % self.patch_size[1]
@@ -192,7 +215,7 @@ def _norm(dim: int, enabled: bool, eps: float) -> nn.Module:
 
 
 @torch.fx.wrap
-def add_attn_mask(attn: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+def add_attn_mask(attn: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
     """Apply a mask with SDPA's convention (bool: True attends; float: added) to attention scores.
 
     A wrapped function: under FX tracing the mask argument is a placeholder that may be None.
@@ -204,8 +227,9 @@ def add_attn_mask(attn: torch.Tensor, attn_mask: Optional[torch.Tensor]) -> torc
     return attn + attn_mask
 
 
-def _masked_softmax_attention(q: torch.Tensor, k: torch.Tensor, scale: float,
-                              attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+def _masked_softmax_attention(
+    q: torch.Tensor, k: torch.Tensor, scale: float, attn_mask: torch.Tensor | None
+) -> torch.Tensor:
     """Softmax attention matrix, the eager path's (and the attention maps') computation."""
     return add_attn_mask((q * scale) @ k.transpose(-2, -1), attn_mask).softmax(dim=-1)
 
@@ -226,7 +250,7 @@ class Attention(nn.Module):
         dim: int,
         num_heads: int = 8,
         qkv_bias: bool = True,
-        qk_scale: Optional[float] = None,
+        qk_scale: float | None = None,
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         attn_impl: str = "sdpa",
@@ -239,7 +263,7 @@ class Attention(nn.Module):
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.scale = qk_scale if qk_scale is not None else self.head_dim ** -0.5
+        self.scale = qk_scale if qk_scale is not None else self.head_dim**-0.5
         self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.q_norm = _norm(self.head_dim, qk_norm, norm_eps)
@@ -254,7 +278,7 @@ class Attention(nn.Module):
         """``'sdpa'`` or ``'eager'``: the path ``fused_attn`` selects."""
         return "sdpa" if self.fused_attn else "eager"
 
-    def _split_heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
         batch, tokens, _ = x.shape
         # split on the q/k/v axis of (B, N, 3, heads, head_dim) and only then move heads forward:
@@ -264,7 +288,7 @@ class Attention(nn.Module):
 
     def _split_heads_for_queries(
         self, x: torch.Tensor, num_queries: int
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """As ``_split_heads``, but queries only for the first ``num_queries`` tokens (keys and values for all).
 
         The projection runs as a module call over every token (forward hooks on ``qkv``, such as
@@ -281,8 +305,9 @@ class Attention(nn.Module):
         q, k, _ = self._split_heads(x)
         return _masked_softmax_attention(q, k, self.scale, None)
 
-    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """softmax(q k^T * scale + mask) v over (B, heads, N, head_dim) tensors: fused (SDPA), or materialised
         and passed through ``attn_drop`` (where timm's ``AttentionExtract`` reads it), as ``fused_attn`` says."""
         if self.fused_attn:
@@ -292,15 +317,17 @@ class Attention(nn.Module):
         return self.attn_drop(_masked_softmax_attention(q, k, self.scale, attn_mask)) @ v
 
     @torch.jit.unused
-    def _attention_maybe_packed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _attention_maybe_packed(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """NaFlex: for a packed sequence ``attn_mask`` is its ``PackedSegments``; each image attends to itself."""
         if isinstance(attn_mask, PackedSegments):
             return attn_mask.attend(q, k, v, self._attention)
         return self._attention(q, k, v, attn_mask)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
         batch, _, queries, _ = q.shape
         if torch.jit.is_scripting():
@@ -312,7 +339,7 @@ class Attention(nn.Module):
         x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(self.norm(x)))
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         q, k, v = self._split_heads(x)
         return self._attend(q, k, v, attn_mask)
 
@@ -337,8 +364,14 @@ class LayerScale(nn.Module):
 class Mlp(nn.Module):
     """Two-layer perceptron: fc1 -> act (GELU unless ``act_layer`` says) -> drop -> norm (Identity) -> fc2 -> drop."""
 
-    def __init__(self, dim: int, hidden_dim: int, drop: float = 0.0, bias: bool = True,
-                 act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
+    def __init__(
+        self,
+        dim: int,
+        hidden_dim: int,
+        drop: float = 0.0,
+        bias: bool = True,
+        act_layer: Callable[[], nn.Module] = nn.GELU,
+    ) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
         self.act = act_layer()
@@ -393,7 +426,7 @@ class PatchDropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.prob == 0.0:
             return x
-        prefix, patches = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]
+        prefix, patches = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
         batch, tokens = patches.shape[0], patches.shape[1]
         num_keep = max(1, int(tokens * (1.0 - self.prob)))
         keep = torch.randn(batch, tokens, device=x.device).argsort(dim=-1)[:, :num_keep]
@@ -413,7 +446,7 @@ class Block(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        qk_scale: Optional[float] = None,
+        qk_scale: float | None = None,
         proj_drop: float = 0.0,
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
@@ -421,13 +454,14 @@ class Block(nn.Module):
         norm_eps: float = 1e-6,
         qk_norm: bool = False,
         proj_bias: bool = True,
-        init_values: Optional[float] = None,
+        init_values: float | None = None,
         act_layer: Callable[[], nn.Module] = nn.GELU,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = Attention(dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop, attn_impl,
-                              qk_norm, proj_bias, norm_eps)
+        self.attn = Attention(
+            dim, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop, attn_impl, qk_norm, proj_bias, norm_eps
+        )
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
@@ -435,7 +469,7 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
@@ -448,7 +482,7 @@ class Block(nn.Module):
         x = x[:, :num_tokens] + self.drop_path1(self.ls1(self.attn.forward_queries(self.norm1(x), num_tokens)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
-    def forward_with_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward_with_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Eval-style forward that also returns this block's attention matrix."""
         attn = self.attn.attention_weights(self.norm1(x))
         return self.forward(x), attn
@@ -462,15 +496,22 @@ class AttentionPool(nn.Module):
     and ``proj_drop`` are timm's hook points (Identity, Identity, Dropout(0)).
     """
 
-    def __init__(self, dim: int, num_heads: int = 8, mlp_ratio: float = 4.0, qkv_bias: bool = True,
-                 norm_eps: float = 1e-6, attn_impl: str = "sdpa",
-                 act_layer: Callable[[], nn.Module] = nn.GELU) -> None:
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        norm_eps: float = 1e-6,
+        attn_impl: str = "sdpa",
+        act_layer: Callable[[], nn.Module] = nn.GELU,
+    ) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
         self.latent = nn.Parameter(torch.zeros(1, 1, dim))
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
@@ -482,7 +523,7 @@ class AttentionPool(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer)
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``attn_mask`` (SDPA's convention, e.g. (B, 1, 1, N) bool) leaves out keys, as NaFlex padding."""
         batch, tokens, dim = x.shape
         q = self.q(self.latent.expand(batch, -1, -1)).view(batch, 1, self.num_heads, self.head_dim).transpose(1, 2)
@@ -504,8 +545,11 @@ def check_attn_impl(attn_impl: str) -> str:
 
 
 def sincos_2d_pos_embed(
-    grid_size: Tuple[int, int], dim: int, num_prefix_tokens: int = 0, temperature: float = 10000.0,
-    device: Optional[torch.device] = None,
+    grid_size: tuple[int, int],
+    dim: int,
+    num_prefix_tokens: int = 0,
+    temperature: float = 10000.0,
+    device: torch.device | None = None,
 ) -> torch.Tensor:
     """Fixed 2-D sine-cosine position embedding, (1, prefix + H*W, dim); prefix tokens get zeros."""
     if dim % 4:
@@ -538,13 +582,14 @@ def normal_init_(tensor: torch.Tensor, std: float, bound: float = 2.0) -> torch.
         return nn.init.trunc_normal_(tensor, std=std, a=-bound, b=bound)
 
 
-def _fans(tensor: torch.Tensor) -> Tuple[int, int]:
+def _fans(tensor: torch.Tensor) -> tuple[int, int]:
     receptive = math.prod(tensor.shape[2:]) if tensor.dim() > 2 else 1
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
-def init_layer_tensor(module: nn.Module, name: str, tensor: torch.Tensor, mode: str = "",
-                      qualified_name: str = "", head_bias: float = 0.0) -> None:
+def init_layer_tensor(
+    module: nn.Module, name: str, tensor: torch.Tensor, mode: str = "", qualified_name: str = "", head_bias: float = 0.0
+) -> None:
     """Initialise one tensor of a layer by the ``weight_init`` scheme ``mode`` (timm's names).
 
     ``''`` (timm): Linear N(0, .02); ``'jax'`` / ``'jax_nlhb'``: Linear Xavier-uniform, MLP biases

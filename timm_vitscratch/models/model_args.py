@@ -10,13 +10,15 @@ their shapes (:func:`shape_problems`) before a model is built, even on ``meta``.
 
 :func:`bounds_table` prints the table docs/guarantees.md shows.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 from ..errors import ModelArgsError
 
@@ -44,7 +46,7 @@ class Option:
     kind: str  # int | size | float | bool | choice
     low: Any = None
     high: Any = None
-    choices: Tuple[Any, ...] = ()
+    choices: tuple[Any, ...] = ()
     nullable: bool = False
     open_high: bool = False  # the upper bound itself is excluded (rates < 1)
     open_low: bool = False  # the lower bound itself is excluded (eps > 0)
@@ -56,8 +58,11 @@ class Option:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
         else:
             low, high = ("(" if self.open_low else "["), (")" if self.open_high else "]")
-            what = {"int": "an integer", "float": "a finite number",
-                    "size": "an integer or [height, width] of integers"}[self.kind]
+            what = {
+                "int": "an integer",
+                "float": "a finite number",
+                "size": "an integer or [height, width] of integers",
+            }[self.kind]
             text = f"{what} in {low}{self.low:,}, {self.high:,}{high}"
         return text + (", or null" if self.nullable else "")
 
@@ -72,7 +77,7 @@ def _rate() -> Option:
 
 _BOOL = Option("bool")
 #: every option a file may set, with its bounds (names, meanings and defaults are the constructor's)
-OPTIONS: Dict[str, Option] = {
+OPTIONS: dict[str, Option] = {
     "img_size": Option("size", 1, MAX_IMG_SIDE),
     "patch_size": Option("size", 1, MAX_PATCH_SIZE),
     "in_chans": _int(1, MAX_IN_CHANS),
@@ -137,8 +142,10 @@ def check_option(name: str, value: Any, where: str) -> Any:
     """``value`` for option ``name`` when it is allowed and in bounds (a [h, w] list becomes a tuple)."""
     option = OPTIONS.get(name)
     if option is None:
-        raise ModelArgsError(f"{where}: {name!r} is not a model option a file may set (allowed: "
-                             f"{', '.join(OPTIONS)}); a config is data and never passes arguments to anything else")
+        raise ModelArgsError(
+            f"{where}: {name!r} is not a model option a file may set (allowed: "
+            f"{', '.join(OPTIONS)}); a config is data and never passes arguments to anything else"
+        )
     if value is None and option.nullable:
         return None
     if option.kind == "bool":
@@ -155,7 +162,7 @@ def check_option(name: str, value: Any, where: str) -> Any:
     return value
 
 
-def check_model_args(args: Any, where: str) -> Dict[str, Any]:
+def check_model_args(args: Any, where: str) -> dict[str, Any]:
     """``args`` (a file's ``model_args`` / ``model_kwargs``) checked option by option, then as a whole.
 
     Raises :class:`ModelArgsError` naming ``where``, the option, its value and what was expected.
@@ -170,7 +177,7 @@ def check_model_args(args: Any, where: str) -> Dict[str, Any]:
     return checked
 
 
-def _pair(value: Any) -> Tuple[int, int]:
+def _pair(value: Any) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
@@ -185,12 +192,15 @@ def check_architecture(args: Mapping[str, Any], where: str) -> None:
         raise ModelArgsError(f"{where}: img_size {img} is smaller than patch_size {patch}")
     patches = (img[0] // patch[0]) * (img[1] // patch[1])
     if patches > MAX_PATCHES:
-        raise ModelArgsError(f"{where}: img_size {img} at patch_size {patch} makes {patches:,} patches; expected at "
-                             f"most {MAX_PATCHES:,}")
+        raise ModelArgsError(
+            f"{where}: img_size {img} at patch_size {patch} makes {patches:,} patches; expected at most {MAX_PATCHES:,}"
+        )
     estimate = estimated_parameters(args)
     if estimate > MAX_PARAMETERS:
-        raise ModelArgsError(f"{where}: these options describe a model of about {estimate:,} parameters; expected "
-                             f"at most {MAX_PARAMETERS:,}")
+        raise ModelArgsError(
+            f"{where}: these options describe a model of about {estimate:,} parameters; expected "
+            f"at most {MAX_PARAMETERS:,}"
+        )
 
 
 def estimated_parameters(args: Mapping[str, Any]) -> int:
@@ -206,23 +216,26 @@ def estimated_parameters(args: Mapping[str, Any]) -> int:
     return depth * block + tokens * dim + stem + head * (2 if args.get("distilled") else 1)
 
 
-def check_label_names(names: Any, num_classes: int, where: str) -> List[str]:
+def check_label_names(names: Any, num_classes: int, where: str) -> list[str]:
     """A file's ``label_names``: a list of strings, one per class."""
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise ModelArgsError(f"{where}: label_names is {type(names).__name__}"
-                             f"{'' if not isinstance(names, (list, tuple)) else ' with entries that are not strings'}"
-                             f"; expected a list of {num_classes} strings, one per class")
+        raise ModelArgsError(
+            f"{where}: label_names is {type(names).__name__}"
+            f"{'' if not isinstance(names, (list, tuple)) else ' with entries that are not strings'}"
+            f"; expected a list of {num_classes} strings, one per class"
+        )
     if len(names) != num_classes:
-        raise ModelArgsError(f"{where}: {len(names)} label_names for a classifier of {num_classes} classes; "
-                             f"expected one per class")
+        raise ModelArgsError(
+            f"{where}: {len(names)} label_names for a classifier of {num_classes} classes; expected one per class"
+        )
     return list(names)
 
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
-Shape = Tuple[int, ...]
+Shape = tuple[int, ...]
 
 
-def shape_problems(args: Mapping[str, Any], shapes: Mapping[str, Shape]) -> List[str]:
+def shape_problems(args: Mapping[str, Any], shapes: Mapping[str, Shape]) -> list[str]:
     """Where a complete argument set disagrees with weights in our layout (names -> shapes), read from the
     tensors that fix each fact: blocks, width, patch, classes, representation layer, registers, position table.
     Checked before a model is built; the built model's exact shapes are compared afterwards."""
@@ -242,25 +255,36 @@ def shape_problems(args: Mapping[str, Any], shapes: Mapping[str, Shape]) -> List
         problems.append(f"num_classes {classes!r}, but " + (f"head.weight is {head}" if head else "there is no head"))
     rep = shapes.get("pre_logits.fc.weight")
     if (rep[0] if rep else None) != args.get("representation_size"):
-        problems.append(f"representation_size {args.get('representation_size')!r}, but "
-                        + (f"pre_logits.fc.weight is {rep}" if rep else "there is no representation layer"))
+        problems.append(
+            f"representation_size {args.get('representation_size')!r}, but "
+            + (f"pre_logits.fc.weight is {rep}" if rep else "there is no representation layer")
+        )
     reg = shapes.get("reg_token")
     if (reg[1] if reg and len(reg) == 3 else 0) != args.get("reg_tokens", 0):
         problems.append(f"reg_tokens {args.get('reg_tokens', 0)!r}, but reg_token is {reg}")
     pos = shapes.get("pos_embed")
     if pos is not None and len(pos) == 3 and args.get("pos_embed", "learn") == "learn":
         img, patch = _pair(args.get("img_size", 224)), _pair(args.get("patch_size", 16))
-        prefix = 0 if args.get("no_embed_class") else (
-            int(args.get("class_token", True)) + int(bool(args.get("distilled"))) + args.get("reg_tokens", 0))
+        prefix = (
+            0
+            if args.get("no_embed_class")
+            else (int(args.get("class_token", True)) + int(bool(args.get("distilled"))) + args.get("reg_tokens", 0))
+        )
         need = (img[0] // patch[0]) * (img[1] // patch[1]) + prefix
         if pos[1] != need:
-            problems.append(f"img_size {args.get('img_size', 224)!r} needs a position table of {need} rows, but "
-                            f"pos_embed is {pos}")
+            problems.append(
+                f"img_size {args.get('img_size', 224)!r} needs a position table of {need} rows, but pos_embed is {pos}"
+            )
     return problems
 
 
-def check_saved_config(base: Mapping[str, Any], model_args: Any, cfg: Mapping[str, Any], where: str,
-                       shapes: Optional[Mapping[str, Shape]] = None) -> Dict[str, Any]:
+def check_saved_config(
+    base: Mapping[str, Any],
+    model_args: Any,
+    cfg: Mapping[str, Any],
+    where: str,
+    shapes: Mapping[str, Shape] | None = None,
+) -> dict[str, Any]:
     """What a saved ``config.json`` asks of variant ``base`` (its table entry), checked before anything is built.
 
     ``model_args`` go through the allow-list; ``cfg`` holds the fields timm reads from the file besides them
@@ -268,11 +292,14 @@ def check_saved_config(base: Mapping[str, Any], model_args: Any, cfg: Mapping[st
     architecture must also match the weights. Returns the checked ``model_args``.
     """
     args = check_model_args(model_args, f"{where} model_args")
-    num_classes = check_option("num_classes", cfg.get("num_classes", args.get("num_classes", 1000)),
-                               f"{where} num_classes")
+    num_classes = check_option(
+        "num_classes", cfg.get("num_classes", args.get("num_classes", 1000)), f"{where} num_classes"
+    )
     if args.get("num_classes", num_classes) != num_classes:
-        raise ModelArgsError(f"{where}: num_classes is {num_classes} but model_args say {args['num_classes']}; "
-                             f"expected one classifier size")
+        raise ModelArgsError(
+            f"{where}: num_classes is {num_classes} but model_args say {args['num_classes']}; "
+            f"expected one classifier size"
+        )
     input_size = cfg.get("input_size")
     if input_size is not None:
         if not isinstance(input_size, (list, tuple)) or len(input_size) != 3:
@@ -292,7 +319,7 @@ def check_saved_config(base: Mapping[str, Any], model_args: Any, cfg: Mapping[st
     return args
 
 
-def safetensors_shapes(path: str) -> Optional[Dict[str, Shape]]:
+def safetensors_shapes(path: str) -> dict[str, Shape] | None:
     """Names -> shapes from a safetensors file's header (None when there is no such file: the loader says why)."""
     from safetensors import safe_open
 
@@ -309,6 +336,9 @@ def bounds_table() -> str:
     """The allow-list as a Markdown table (docs/guarantees.md shows it)."""
     rows = ["| option | a file may set |", "|---|---|"]
     rows += [f"| `{name}` | {option.expected()} |" for name, option in OPTIONS.items()]
-    rows += ["", f"Together: at most {MAX_PATCHES:,} patches per image, `num_heads` divides `embed_dim`, and at "
-                 f"most {MAX_PARAMETERS:,} parameters (estimated before anything is built)."]
+    rows += [
+        "",
+        f"Together: at most {MAX_PATCHES:,} patches per image, `num_heads` divides `embed_dim`, and at "
+        f"most {MAX_PARAMETERS:,} parameters (estimated before anything is built).",
+    ]
     return "\n".join(rows)

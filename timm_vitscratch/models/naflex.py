@@ -16,10 +16,12 @@ table is computed for it.
 ``forward_padded`` keeps timm's padded, masked layout with shapes that do not depend on the data:
 the path ``torch.export`` and ONNX take (chosen automatically while exporting).
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,11 +43,11 @@ class NaFlexBatch(NamedTuple):
     patches: torch.Tensor
     patch_coord: torch.Tensor
     patch_valid: torch.Tensor
-    attn_mask: Optional[torch.Tensor]
-    patch_size: Tuple[int, int]
+    attn_mask: torch.Tensor | None
+    patch_size: tuple[int, int]
 
 
-def is_naflex_call(x: Any, patch_coord: Optional[torch.Tensor], patch_valid: Optional[torch.Tensor]) -> bool:
+def is_naflex_call(x: Any, patch_coord: torch.Tensor | None, patch_valid: torch.Tensor | None) -> bool:
     """True for a NaFlex batch: a dict, or patches given with their coordinates / validity.
 
     Under FX tracing every argument is a placeholder: that traces the image path.
@@ -61,9 +63,13 @@ def _exporting() -> bool:
 
 # --- reading and checking the batch ------------------------------------------------------------
 @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
-def read_batch(model: nn.Module, x: Any, attn_mask: Optional[torch.Tensor] = None,
-               patch_valid: Optional[torch.Tensor] = None,
-               patch_coord: Optional[torch.Tensor] = None) -> NaFlexBatch:
+def read_batch(
+    model: nn.Module,
+    x: Any,
+    attn_mask: torch.Tensor | None = None,
+    patch_valid: torch.Tensor | None = None,
+    patch_coord: torch.Tensor | None = None,
+) -> NaFlexBatch:
     """The batch from a dict (its entries win, as in timm) or from tensors given as arguments.
 
     timm's ``NaFlexVit.forward(patches, patch_coord, patch_valid)`` order works positionally: a
@@ -71,11 +77,17 @@ def read_batch(model: nn.Module, x: Any, attn_mask: Optional[torch.Tensor] = Non
     (``attn_mask`` for images), which then holds the coordinates.
     """
     if isinstance(x, Mapping):
-        missing = [key for key in BATCH_KEYS if key not in x and not (key == "patch_coord" and patch_coord is not None)
-                   and not (key == "patch_valid" and patch_valid is not None)]
+        missing = [
+            key
+            for key in BATCH_KEYS
+            if key not in x
+            and not (key == "patch_coord" and patch_coord is not None)
+            and not (key == "patch_valid" and patch_valid is not None)
+        ]
         if missing:
-            raise NaFlexBatchError(missing[0], f"missing; a NaFlex batch holds {_expected_fields(model)} "
-                                               f"(got keys {sorted(map(str, x))})")
+            raise NaFlexBatchError(
+                missing[0], f"missing; a NaFlex batch holds {_expected_fields(model)} (got keys {sorted(map(str, x))})"
+            )
         patches = x["patches"]
         patch_coord = x.get("patch_coord", patch_coord)
         patch_valid = x.get("patch_valid", patch_valid)
@@ -92,16 +104,19 @@ def read_batch(model: nn.Module, x: Any, attn_mask: Optional[torch.Tensor] = Non
 
 def _expected_fields(model: nn.Module) -> str:
     ph, pw = model.patch_embed.patch_size
-    return (f"'patches' (batch, N, {ph * pw * model.in_chans}) = (batch, N, {ph}*{pw}*{model.in_chans}), "
-            f"'patch_coord' (batch, N, 2) integer (row, column) and 'patch_valid' (batch, N) bool")
+    return (
+        f"'patches' (batch, N, {ph * pw * model.in_chans}) = (batch, N, {ph}*{pw}*{model.in_chans}), "
+        f"'patch_coord' (batch, N, 2) integer (row, column) and 'patch_valid' (batch, N) bool"
+    )
 
 
 def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
-def check_batch(model: nn.Module, patches: Any, patch_coord: Any, patch_valid: Any,
-                attn_mask: Optional[torch.Tensor]) -> NaFlexBatch:
+def check_batch(
+    model: nn.Module, patches: Any, patch_coord: Any, patch_valid: Any, attn_mask: torch.Tensor | None
+) -> NaFlexBatch:
     """Check every entry's type, shape and values; raise ``NaFlexBatchError`` naming the field."""
     for key, value in (("patches", patches), ("patch_coord", patch_coord), ("patch_valid", patch_valid)):
         if not isinstance(value, torch.Tensor):
@@ -109,13 +124,18 @@ def check_batch(model: nn.Module, patches: Any, patch_coord: Any, patch_valid: A
     patches, patch_size = _flat_patches(model, patches)
     batch, seq = patches.shape[:2]
     if tuple(patch_coord.shape) != (batch, seq, 2):
-        raise NaFlexBatchError("patch_coord", f"expected shape (batch, N, 2) = ({batch}, {seq}, 2) of (row, column) "
-                                              f"per patch, got {_shape(patch_coord)}")
+        raise NaFlexBatchError(
+            "patch_coord",
+            f"expected shape (batch, N, 2) = ({batch}, {seq}, 2) of (row, column) per patch, got {_shape(patch_coord)}",
+        )
     if patch_coord.is_floating_point() or patch_coord.is_complex() or patch_coord.dtype == torch.bool:
-        raise NaFlexBatchError("patch_coord", f"expected integer (row, column) grid positions (torch.int64), "
-                                              f"got {patch_coord.dtype}")
+        raise NaFlexBatchError(
+            "patch_coord", f"expected integer (row, column) grid positions (torch.int64), got {patch_coord.dtype}"
+        )
     if tuple(patch_valid.shape) != (batch, seq):
-        raise NaFlexBatchError("patch_valid", f"expected shape (batch, N) = ({batch}, {seq}), got {_shape(patch_valid)}")
+        raise NaFlexBatchError(
+            "patch_valid", f"expected shape (batch, N) = ({batch}, {seq}), got {_shape(patch_valid)}"
+        )
     if patch_valid.dtype != torch.bool:
         if patch_valid.is_floating_point() or patch_valid.is_complex():
             raise NaFlexBatchError("patch_valid", f"expected bool (True = a real patch), got {patch_valid.dtype}")
@@ -123,31 +143,46 @@ def check_batch(model: nn.Module, patches: Any, patch_coord: Any, patch_valid: A
     if attn_mask is not None:
         tokens = model.num_prefix_tokens + seq
         heads = model.blocks[0].attn.num_heads if len(model.blocks) else 1
-        if (not isinstance(attn_mask, torch.Tensor) or attn_mask.dim() != 4 or attn_mask.shape[0] != batch
-                or attn_mask.shape[1] not in (1, heads) or tuple(attn_mask.shape[2:]) != (tokens, tokens)):
+        if (
+            not isinstance(attn_mask, torch.Tensor)
+            or attn_mask.dim() != 4
+            or attn_mask.shape[0] != batch
+            or attn_mask.shape[1] not in (1, heads)
+            or tuple(attn_mask.shape[2:]) != (tokens, tokens)
+        ):
             got = _shape(attn_mask) if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
-            raise NaFlexBatchError("attn_mask", f"expected shape (batch, 1, prefix + N, prefix + N) = ({batch}, 1, "
-                                                f"{tokens}, {tokens}), got {got}")
+            raise NaFlexBatchError(
+                "attn_mask",
+                f"expected shape (batch, 1, prefix + N, prefix + N) = ({batch}, 1, {tokens}, {tokens}), got {got}",
+            )
     if not _exporting():  # values: checks that read the data (torch.export traces shapes only)
         empty = (~patch_valid.any(dim=1)).nonzero().flatten().tolist()
         if empty:
-            raise NaFlexBatchError("patch_valid", f"image {empty[0]} of the batch has no valid patch; every image "
-                                                  f"needs at least one True in its row of (batch, N)")
+            raise NaFlexBatchError(
+                "patch_valid",
+                f"image {empty[0]} of the batch has no valid patch; every image "
+                f"needs at least one True in its row of (batch, N)",
+            )
         if bool((patch_coord[patch_valid] < 0).any()):
-            raise NaFlexBatchError("patch_coord", "holds a negative coordinate at a valid patch; expected (row, "
-                                                  "column) >= 0 in the image's patch grid")
+            raise NaFlexBatchError(
+                "patch_coord",
+                "holds a negative coordinate at a valid patch; expected (row, column) >= 0 in the image's patch grid",
+            )
     return NaFlexBatch(patches, patch_coord.long(), patch_valid, attn_mask, patch_size)
 
 
-def _flat_patches(model: nn.Module, patches: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+def _flat_patches(model: nn.Module, patches: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
     """(B, N, P*P*C) as given, or (B, N, Ph, Pw, C) / (B, N, C, Ph, Pw) (timm's variable patch size) flattened."""
     channels, (ph, pw) = model.in_chans, model.patch_embed.patch_size
     channels_last = model.patchify_channels_last
     if patches.dim() == 3:
         if patches.shape[2] != ph * pw * channels:
-            raise NaFlexBatchError("patches", f"expected (batch, N, P*P*C) = (batch, N, {ph * pw * channels}) for "
-                                              f"patch size ({ph}, {pw}) and {channels} channels, got "
-                                              f"{_shape(patches)}; for other patch sizes pass (batch, N, Ph, Pw, C)")
+            raise NaFlexBatchError(
+                "patches",
+                f"expected (batch, N, P*P*C) = (batch, N, {ph * pw * channels}) for "
+                f"patch size ({ph}, {pw}) and {channels} channels, got "
+                f"{_shape(patches)}; for other patch sizes pass (batch, N, Ph, Pw, C)",
+            )
         return patches, (ph, pw)
     if patches.dim() == 5:
         size = tuple(patches.shape[2:4]) if channels_last else tuple(patches.shape[3:5])
@@ -156,13 +191,16 @@ def _flat_patches(model: nn.Module, patches: torch.Tensor) -> Tuple[torch.Tensor
             layout = "(batch, N, Ph, Pw, C)" if channels_last else "(batch, N, C, Ph, Pw)"
             raise NaFlexBatchError("patches", f"expected {layout} with C = {channels}, got {_shape(patches)}")
         return patches.flatten(2), (int(size[0]), int(size[1]))
-    raise NaFlexBatchError("patches", f"expected (batch, N, P*P*C) = (batch, N, {ph * pw * channels}) flattened "
-                                      f"patches, or (batch, N, Ph, Pw, C) for another patch size, got {_shape(patches)}")
+    raise NaFlexBatchError(
+        "patches",
+        f"expected (batch, N, P*P*C) = (batch, N, {ph * pw * channels}) flattened "
+        f"patches, or (batch, N, Ph, Pw, C) for another patch size, got {_shape(patches)}",
+    )
 
 
 # --- embedding: patch projection and position embeddings -----------------------------------------
 @functools.lru_cache(maxsize=32)
-def _resize_pinv(old: Tuple[int, int], new: Tuple[int, int]) -> torch.Tensor:
+def _resize_pinv(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
     """(old_h*old_w, new_h*new_w) matrix that resamples a kernel as timm's ``resample_patch_embed`` does.
 
     ``resample_patch_embed`` of the identity kernels is its pseudo-inverse resize matrix; kept so
@@ -172,7 +210,7 @@ def _resize_pinv(old: Tuple[int, int], new: Tuple[int, int]) -> torch.Tensor:
     return resample_patch_embed(basis, list(new)).reshape(old[0] * old[1], new[0] * new[1])
 
 
-def projection_weight(model: nn.Module, patch_size: Tuple[int, int]) -> torch.Tensor:
+def projection_weight(model: nn.Module, patch_size: tuple[int, int]) -> torch.Tensor:
     """The conv patch embedding's kernel as a (D, P*P*C) linear map of flattened patches.
 
     Channels last (timm's default flat layout: row, column, channel) or first, as the model's
@@ -189,12 +227,12 @@ def projection_weight(model: nn.Module, patch_size: Tuple[int, int]) -> torch.Te
     return weight.reshape(weight.shape[0], -1)
 
 
-def project(model: nn.Module, patches: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
+def project(model: nn.Module, patches: torch.Tensor, patch_size: tuple[int, int]) -> torch.Tensor:
     """(..., P*P*C) flattened patches -> (..., D) patch tokens."""
     return F.linear(patches, projection_weight(model, patch_size), model.patch_embed.proj.bias)
 
 
-def _patch_pos_table(model: nn.Module) -> Optional[torch.Tensor]:
+def _patch_pos_table(model: nn.Module) -> torch.Tensor | None:
     """The learned table's patch part, (1, H0*W0, D); None without a learned table."""
     if model.pos_embed is None or model.sincos_pos_embed:
         return None
@@ -202,14 +240,14 @@ def _patch_pos_table(model: nn.Module) -> Optional[torch.Tensor]:
     return model.pos_embed[:, prefix:]
 
 
-def _prefix_tokens(model: nn.Module) -> Optional[torch.Tensor]:
+def _prefix_tokens(model: nn.Module) -> torch.Tensor | None:
     """(k, D) class, distillation and register tokens, with their positions unless ``no_embed_class``."""
     parts = [t[0] for t in (model.cls_token, model.dist_token, model.reg_token) if t is not None]
     if not parts:
         return None
     prefix = torch.cat(parts)
     if model.pos_embed is not None and not model.no_embed_class:
-        prefix = prefix + model.pos_embed[0, :model.num_prefix_tokens]
+        prefix = prefix + model.pos_embed[0, : model.num_prefix_tokens]
     return prefix
 
 
@@ -217,8 +255,8 @@ def _sincos_at(model: nn.Module, coord: torch.Tensor, longest: int) -> torch.Ten
     """Sincos positions of (..., 2) coordinates: the table's row half depends on the row only, the column
     half on the column only, so two one-axis tables of ``longest`` entries give any grid's values."""
     dim = model.embed_dim
-    rows = sincos_2d_pos_embed((longest, 1), dim, device=coord.device)[0, :, :dim // 2]
-    cols = sincos_2d_pos_embed((1, longest), dim, device=coord.device)[0, :, dim // 2:]
+    rows = sincos_2d_pos_embed((longest, 1), dim, device=coord.device)[0, :, : dim // 2]
+    cols = sincos_2d_pos_embed((1, longest), dim, device=coord.device)[0, :, dim // 2 :]
     return torch.cat([rows[coord[..., 0]], cols[coord[..., 1]]], dim=-1)
 
 
@@ -238,7 +276,7 @@ class Packed(NamedTuple):
     seq: int
 
 
-def _layout(model: nn.Module, batch: NaFlexBatch) -> Dict[str, Any]:
+def _layout(model: nn.Module, batch: NaFlexBatch) -> dict[str, Any]:
     """Index tensors and the per-image sizes the packed path needs (read from the data, so not compiled)."""
     valid, coord = batch.patch_valid, batch.patch_coord
     num_images, seq = valid.shape
@@ -260,20 +298,30 @@ def _layout(model: nn.Module, batch: NaFlexBatch) -> Dict[str, Any]:
     patch_source = torch.zeros(num_images * seq, dtype=torch.long, device=valid.device)
     patch_source[valid_index] = num_images * prefix + torch.arange(valid_index.numel(), device=valid.device)
     source[:, prefix:] = patch_source.view(num_images, seq)
-    return dict(valid_index=valid_index, image=image, token_coord=token_coord, grid=grid.tolist(),
-                grid_tensor=grid, lengths=(counts + prefix).index_select(0, image_order).tolist(),
-                padded_index=padded_index, image_order=image_order, order=source.reshape(-1).index_select(0, padded_index))
+    return dict(
+        valid_index=valid_index,
+        image=image,
+        token_coord=token_coord,
+        grid=grid.tolist(),
+        grid_tensor=grid,
+        lengths=(counts + prefix).index_select(0, image_order).tolist(),
+        padded_index=padded_index,
+        image_order=image_order,
+        order=source.reshape(-1).index_select(0, padded_index),
+    )
 
 
-def _learned_positions(model: nn.Module, table: torch.Tensor, layout: Dict[str, Any],
-                       dtype: torch.dtype) -> torch.Tensor:
+def _learned_positions(
+    model: nn.Module, table: torch.Tensor, layout: dict[str, Any], dtype: torch.dtype
+) -> torch.Tensor:
     """(T, D) learned positions: the table resampled once per distinct grid in the batch, then gathered."""
     old = model.patch_embed.grid_size
     grids = sorted(set(map(tuple, layout["grid"])))
     tables, offsets, start = [], {}, 0
     for height, width in grids:
-        tables.append(resample_abs_pos_embed(table, new_size=[height, width], old_size=list(old),
-                                             num_prefix_tokens=0)[0])
+        tables.append(
+            resample_abs_pos_embed(table, new_size=[height, width], old_size=list(old), num_prefix_tokens=0)[0]
+        )
         offsets[(height, width)] = start
         start += height * width
     grid = layout["grid_tensor"]
@@ -283,7 +331,7 @@ def _learned_positions(model: nn.Module, table: torch.Tensor, layout: Dict[str, 
     return torch.cat(tables).index_select(0, index).to(dtype)
 
 
-def _drop_patches(model: nn.Module, layout: Dict[str, Any], packed: torch.Tensor, seq: int):
+def _drop_patches(model: nn.Module, layout: dict[str, Any], packed: torch.Tensor, seq: int):
     """Patch dropout in training: prefix tokens stay; each image keeps a random ``1 - prob`` share of its
     patches (at least one), as ``PatchDropout`` does for one image."""
     prefix, padded_index = model.num_prefix_tokens, layout["padded_index"]
@@ -292,8 +340,9 @@ def _drop_patches(model: nn.Module, layout: Dict[str, Any], packed: torch.Tensor
     keep_count = (counts.double() * (1.0 - model.patch_drop.prob)).floor().long().clamp(min=1)
     shuffled = torch.argsort(image.double() + 0.5 * torch.rand(image.shape, dtype=torch.float64, device=image.device))
     rank = torch.empty_like(shuffled)
-    rank[shuffled] = torch.arange(shuffled.numel(), device=image.device) - (torch.cumsum(counts, 0) - counts)[
-        image[shuffled]]
+    rank[shuffled] = (
+        torch.arange(shuffled.numel(), device=image.device) - (torch.cumsum(counts, 0) - counts)[image[shuffled]]
+    )
     is_prefix = padded_index % (prefix + seq) < prefix
     keep = is_prefix.clone()
     patch_rows = layout["order"][~is_prefix] - len(layout["lengths"]) * prefix  # packed patch slots -> token rows
@@ -323,24 +372,29 @@ def pack(model: nn.Module, batch: NaFlexBatch) -> Packed:
     if model.training and not isinstance(model.patch_drop, torch.nn.Identity):
         packed, lengths, padded_index = _drop_patches(model, layout, packed, seq)
     packed = model.norm_pre(model.pos_drop(packed))
-    masks = None if batch.attn_mask is None else _image_masks(batch.attn_mask, padded_index, lengths,
-                                                               model.num_prefix_tokens + seq)
+    masks = (
+        None
+        if batch.attn_mask is None
+        else _image_masks(batch.attn_mask, padded_index, lengths, model.num_prefix_tokens + seq)
+    )
     return Packed(packed, PackedSegments(lengths, masks), padded_index, layout["image_order"], num_images, seq)
 
 
-def _image_masks(attn_mask: torch.Tensor, padded_index: torch.Tensor, lengths: List[int],
-                 tokens: int) -> List[torch.Tensor]:
+def _image_masks(
+    attn_mask: torch.Tensor, padded_index: torch.Tensor, lengths: list[int], tokens: int
+) -> list[torch.Tensor]:
     """Each image's part of a (B, 1 | heads, prefix + N, prefix + N) mask, rows and columns of its kept tokens."""
     masks = []
     for positions in padded_index.split(lengths):
         image = int(positions[0]) // tokens
         local = positions - image * tokens
-        masks.append(attn_mask[image:image + 1][:, :, local][:, :, :, local])
+        masks.append(attn_mask[image : image + 1][:, :, local][:, :, :, local])
     return masks
 
 
-def run_blocks(model: nn.Module, packed: Packed, blocks=None, take: Optional[set] = None,
-               norm: bool = False) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+def run_blocks(
+    model: nn.Module, packed: Packed, blocks=None, take: set | None = None, norm: bool = False
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The blocks on the packed sequence (each image attends to itself); optionally the outputs at ``take``."""
     x, segments = packed.tokens, packed.segments
     kept = []
@@ -361,23 +415,28 @@ def unpack(packed: Packed, x: torch.Tensor, prefix: int) -> torch.Tensor:
     return out.view(packed.batch, prefix + packed.seq, -1)
 
 
-def _cat_outputs(outputs: List[Any]) -> Any:
+def _cat_outputs(outputs: list[Any]) -> Any:
     if isinstance(outputs[0], tuple):  # a distilled model's (head, head_dist) in training
-        return tuple(torch.cat(parts) for parts in zip(*outputs))
+        return tuple(torch.cat(parts) for parts in zip(*outputs, strict=False))
     return torch.cat(outputs)
 
 
 @torch.compiler.disable  # one call per image
-def head_per_image(model: nn.Module, x: torch.Tensor, lengths: List[int], pre_logits: bool = False,
-                   image_order: Optional[torch.Tensor] = None):
+def head_per_image(
+    model: nn.Module,
+    x: torch.Tensor,
+    lengths: list[int],
+    pre_logits: bool = False,
+    image_order: torch.Tensor | None = None,
+):
     """The model's own ``forward_head`` on each image's tokens (1, prefix + n_i, D): pooling sees valid tokens only.
 
     ``image_order``: the batch index of each run, when the runs are not in batch order.
     """
     outputs = [model.forward_head(tokens, pre_logits=pre_logits) for tokens in x.split(lengths, dim=1)]
     if image_order is not None:
-        placed: List[Any] = [None] * len(outputs)
-        for output, image in zip(outputs, image_order.tolist()):
+        placed: list[Any] = [None] * len(outputs)
+        for output, image in zip(outputs, image_order.tolist(), strict=False):
             placed[image] = output
         outputs = placed
     return _cat_outputs(outputs)
@@ -395,11 +454,12 @@ def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
     return head_per_image(model, x, packed.segments.lengths, image_order=packed.image_order)
 
 
-def forward_features(model: nn.Module, batch: NaFlexBatch) -> Dict[str, torch.Tensor]:
+def forward_features(model: nn.Module, batch: NaFlexBatch) -> dict[str, torch.Tensor]:
     """timm's NaFlex ``forward_features``: ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}`` (zeros at padding)."""
     if _exporting() or not model.naflex_packed:
-        keep = torch.cat([batch.patch_valid.new_ones(batch.patch_valid.shape[0], model.num_prefix_tokens),
-                          batch.patch_valid], dim=1)
+        keep = torch.cat(
+            [batch.patch_valid.new_ones(batch.patch_valid.shape[0], model.num_prefix_tokens), batch.patch_valid], dim=1
+        )
         tokens = features_padded(model, batch).masked_fill(~keep[..., None], 0.0)
         return {"patches": tokens, "patch_valid": batch.patch_valid}
     packed = pack(model, batch)
@@ -410,8 +470,11 @@ def forward_features(model: nn.Module, batch: NaFlexBatch) -> Dict[str, torch.Te
 def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, pre_logits: bool = False):
     """Head on padded features (B, prefix + N, D) with their ``patch_valid``: each image's valid tokens only."""
     if tuple(patch_valid.shape) != (x.shape[0], x.shape[1] - model.num_prefix_tokens):
-        raise NaFlexBatchError("patch_valid", f"expected (batch, N) = ({x.shape[0]}, {x.shape[1] - model.num_prefix_tokens}) "
-                                              f"for features {_shape(x)}, got {_shape(patch_valid)}")
+        raise NaFlexBatchError(
+            "patch_valid",
+            f"expected (batch, N) = ({x.shape[0]}, {x.shape[1] - model.num_prefix_tokens}) "
+            f"for features {_shape(x)}, got {_shape(patch_valid)}",
+        )
     if _exporting() or (model.global_pool == "" and model.attn_pool is None):
         return _head_padded(model, x, patch_valid.bool(), pre_logits)
     prefix = model.num_prefix_tokens
@@ -420,29 +483,41 @@ def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, p
     return head_per_image(model, x[keep][None], lengths, pre_logits)
 
 
-def forward_intermediates(model: nn.Module, batch: NaFlexBatch, take_indices: List[int], max_index: int,
-                          return_prefix_tokens: bool, norm: bool, stop_early: bool, output_fmt: str,
-                          intermediates_only: bool, output_dict: bool):
+def forward_intermediates(
+    model: nn.Module,
+    batch: NaFlexBatch,
+    take_indices: list[int],
+    max_index: int,
+    return_prefix_tokens: bool,
+    norm: bool,
+    stop_early: bool,
+    output_fmt: str,
+    intermediates_only: bool,
+    output_dict: bool,
+):
     """timm's NaFlex ``forward_intermediates``: NLC block outputs in the batch's padded layout (grids vary per image)."""
     if output_fmt != "NLC":
-        raise NaFlexBatchError("patches", "forward_intermediates of a NaFlex batch gives tokens only: pass "
-                                          "output_fmt='NLC' (each image has its own grid; patch_coord places them)")
+        raise NaFlexBatchError(
+            "patches",
+            "forward_intermediates of a NaFlex batch gives tokens only: pass "
+            "output_fmt='NLC' (each image has its own grid; patch_coord places them)",
+        )
     prefix = model.num_prefix_tokens
     packed = pack(model, batch)
-    blocks = model.blocks[:max_index + 1] if stop_early else model.blocks
+    blocks = model.blocks[: max_index + 1] if stop_early else model.blocks
     x, kept = run_blocks(model, packed, blocks, set(take_indices), norm)
     padded = [unpack(packed, y, prefix) for y in kept]
     prefix_tokens = [y[:, :prefix] for y in padded]
     intermediates = [y[:, prefix:] for y in padded]
     if output_dict:
-        result: Dict[str, Any] = {"image_intermediates": intermediates, "patch_valid": batch.patch_valid}
+        result: dict[str, Any] = {"image_intermediates": intermediates, "patch_valid": batch.patch_valid}
         if return_prefix_tokens and prefix:
             result["image_intermediates_prefix"] = prefix_tokens
         if not intermediates_only:
             result["image_features"] = unpack(packed, model.norm(x), prefix)
         return result
     if return_prefix_tokens and prefix:
-        intermediates = list(zip(intermediates, prefix_tokens))
+        intermediates = list(zip(intermediates, prefix_tokens, strict=False))
     if intermediates_only:
         return intermediates
     return unpack(packed, model.norm(x), prefix), intermediates
@@ -470,7 +545,7 @@ def resize_weights(position: torch.Tensor, out_size: torch.Tensor, in_size: int)
     return (weights / weights.sum(dim=-1, keepdim=True)).float()
 
 
-def _padded_positions(model: nn.Module, batch: NaFlexBatch, dtype: torch.dtype) -> Optional[torch.Tensor]:
+def _padded_positions(model: nn.Module, batch: NaFlexBatch, dtype: torch.dtype) -> torch.Tensor | None:
     """(B, N, D) positions of every patch slot, from shapes fixed by the batch (no per-grid resampling calls)."""
     coord = batch.patch_coord * batch.patch_valid[..., None]
     table = _patch_pos_table(model)
@@ -509,7 +584,7 @@ def features_padded(model: nn.Module, batch: NaFlexBatch) -> torch.Tensor:
 def _head_padded(model: nn.Module, x: torch.Tensor, valid: torch.Tensor, pre_logits: bool = False):
     """The model's head with pooling over valid tokens, on the padded layout (shapes fixed for export)."""
     prefix = model.num_prefix_tokens
-    if model.distilled or model.global_pool in ("token", "") and model.attn_pool is None:
+    if model.distilled or (model.global_pool in ("token", "") and model.attn_pool is None):
         return model.forward_head(x, pre_logits=pre_logits)  # reads the prefix tokens (or every token)
     keep = torch.cat([valid.new_ones(x.shape[0], prefix), valid], dim=1) if model.pool_include_prefix else valid
     tokens = x if model.pool_include_prefix else x[:, prefix:]

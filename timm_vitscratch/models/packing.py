@@ -4,15 +4,16 @@ A NaFlex batch pads every image to one length. Packed, the valid tokens of all i
 sequence of shape (1, L, D): linear layers, norms and MLPs run on real tokens only, and attention
 runs per image over that image's contiguous run (block-diagonal, never across images).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from itertools import groupby
-from typing import Callable, List, Optional, Sequence
 
 import torch
 
 #: ``attention(q, k, v, attn_mask)`` over (batch, heads, n, head_dim) tensors -> (batch, heads, n, head_dim)
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 class PackedSegments:
@@ -22,7 +23,7 @@ class PackedSegments:
     ``masks`` (optional, one per image) are the images' own attention masks, SDPA's convention.
     """
 
-    def __init__(self, lengths: Sequence[int], masks: Optional[List[torch.Tensor]] = None) -> None:
+    def __init__(self, lengths: Sequence[int], masks: list[torch.Tensor] | None = None) -> None:
         self.lengths = list(lengths)
         self.masks = masks
         # neighbouring runs of one length attend in one batched call: (length, count) pairs
@@ -43,16 +44,22 @@ class PackedSegments:
         """
         heads, head_dim = q.shape[1], q.shape[3]
         sizes = [length * count for length, count in self.groups]
+
         # split (its backward is one concatenation), then per group a (count, heads, length, head_dim) view
-        def parts(t: torch.Tensor) -> List[torch.Tensor]:
+        def parts(t: torch.Tensor) -> list[torch.Tensor]:
             t = t.squeeze(0)
             return [t] if len(sizes) == 1 else list(t.split(sizes, dim=1))
 
-        runs = [[part.unflatten(1, (count, length)).transpose(0, 1) for part, (length, count) in zip(parts(t), self.groups)]
-                for t in (q, k, v)]
+        runs = [
+            [
+                part.unflatten(1, (count, length)).transpose(0, 1)
+                for part, (length, count) in zip(parts(t), self.groups, strict=False)
+            ]
+            for t in (q, k, v)
+        ]
         outputs, image = [], 0
-        for (length, count), q_run, k_run, v_run in zip(self.groups, *runs):
-            mask = None if self.masks is None else torch.cat(self.masks[image:image + count])
+        for (length, count), q_run, k_run, v_run in zip(self.groups, *runs, strict=False):
+            mask = None if self.masks is None else torch.cat(self.masks[image : image + count])
             out = attention(q_run, k_run, v_run, mask)
             outputs.append(out.transpose(1, 2).reshape(count * length, heads, head_dim))
             image += count

@@ -14,13 +14,15 @@ The scheme: ``<source>_<data>``. timm's tags keep timm's own names (``augreg_in2
 ``orig_in21k``, ``fb_in1k``); torchvision's are ``tv_in1k``, ``tv_swag_e2e_in1k``, ``tv_swag_lin_in1k``;
 Google's transformers repos are ``google_in21k``.
 """
+
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 from urllib.parse import urlparse
 
 from huggingface_hub import constants as hf_constants
@@ -28,7 +30,7 @@ from timm.models import get_pretrained_cfg
 
 #: Each variant's tags in the order timm lists its own (its first is the default), then torchvision's, then
 #: Google's: ``create_model(variant, pretrained=True)`` loads the first, as timm does for an untagged name.
-TIMM_TAGS: Dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weights in the repo timm/<that>)
+TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weights in the repo timm/<that>)
     "scratch_vit_ti16.augreg_in21k_ft_in1k": "vit_tiny_patch16_224.augreg_in21k_ft_in1k",
     "scratch_vit_ti16.augreg_in21k": "vit_tiny_patch16_224.augreg_in21k",
     "scratch_vit_s16.augreg_in21k_ft_in1k": "vit_small_patch16_224.augreg_in21k_ft_in1k",
@@ -54,7 +56,7 @@ TIMM_TAGS: Dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_deit_b16_distilled.fb_in1k": "deit_base_distilled_patch16_224.fb_in1k",
 }
 
-TORCHVISION_TAGS: Dict[str, Tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)
+TORCHVISION_TAGS: dict[str, tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)
     "scratch_vit_b16.tv_in1k": ("ViT_B_16_Weights", "IMAGENET1K_V1"),
     "scratch_vit_b16.tv_swag_e2e_in1k": ("ViT_B_16_Weights", "IMAGENET1K_SWAG_E2E_V1"),
     "scratch_vit_b16.tv_swag_lin_in1k": ("ViT_B_16_Weights", "IMAGENET1K_SWAG_LINEAR_V1"),
@@ -71,7 +73,7 @@ TORCHVISION_TAGS: Dict[str, Tuple[str, str]] = {  # "variant.tag" -> (torchvisio
 #: weight file each holds on ``main`` (timm's loader takes ``model.safetensors`` first, else
 #: ``pytorch_model.bin``). Preprocessing is their ``preprocessor_config.json``: resize straight to 224
 #: (transformers' default bilinear), mean = std = 0.5. Checked on the Hub: repo trees of ``main``.
-TRANSFORMERS_REPOS: Dict[str, Tuple[str, str]] = {  # "variant.tag" -> (repo id, weight file on main)
+TRANSFORMERS_REPOS: dict[str, tuple[str, str]] = {  # "variant.tag" -> (repo id, weight file on main)
     "scratch_vit_b16_in21k.google_in21k": ("google/vit-base-patch16-224-in21k", "model.safetensors"),
     "scratch_vit_b32_in21k.google_in21k": ("google/vit-base-patch32-224-in21k", "model.safetensors"),
     "scratch_vit_l16_in21k.google_in21k": ("google/vit-large-patch16-224-in21k", "model.safetensors"),
@@ -81,11 +83,13 @@ TRANSFORMERS_REPOS: Dict[str, Tuple[str, str]] = {  # "variant.tag" -> (repo id,
 
 #: Model arguments a tag's weights need beyond the variant's (what ``_create`` applies for the tag):
 #: transformers' ViT normalises with eps 1e-12 where timm and torchvision use 1e-6.
-TAG_MODEL_ARGS: Dict[str, Dict[str, Any]] = {tag: {"norm_eps": 1e-12} for tag in TRANSFORMERS_REPOS}
+TAG_MODEL_ARGS: dict[str, dict[str, Any]] = {tag: {"norm_eps": 1e-12} for tag in TRANSFORMERS_REPOS}
 
 _VIT_PAPER = ("arXiv:2010.11929", "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale")
-_AUGREG_PAPER = ("arXiv:2106.10270",
-                 "How to train your ViT? Data, Augmentation, and Regularization in Vision Transformers")
+_AUGREG_PAPER = (
+    "arXiv:2106.10270",
+    "How to train your ViT? Data, Augmentation, and Regularization in Vision Transformers",
+)
 _DEIT_PAPER = ("arXiv:2012.12877", "Training data-efficient image transformers & distillation through attention")
 _SWAG_PAPER = ("arXiv:2201.08371", "Revisiting Weakly Supervised Pre-Training of Visual Perception Models")
 _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first published)
@@ -96,19 +100,21 @@ _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first p
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std", "num_classes", "license")
 
 
-def _paper(paper: Tuple[str, str]) -> Dict[str, str]:
+def _paper(paper: tuple[str, str]) -> dict[str, str]:
     return {"paper_ids": paper[0], "paper_name": paper[1]}
 
 
-def timm_cfg(timm_name: str) -> Dict[str, Any]:
+def timm_cfg(timm_name: str) -> dict[str, Any]:
     """A timm-repo tag: timm's own cfg for the weights (its Hub repo and preprocessing)."""
     source = get_pretrained_cfg(timm_name)
     if source is None or not source.hf_hub_id:
         raise KeyError(f"timm has no Hub weights {timm_name!r}")
     paper, origin = _TIMM_ORIGINS[source.tag.split("_")[0].rstrip("0123456789")]
     return {
-        "hf_hub_id": source.hf_hub_id, **{k: getattr(source, k) for k in _PREPROCESSING},
-        "origin_url": f"https://huggingface.co/{source.hf_hub_id}", **_paper(paper),
+        "hf_hub_id": source.hf_hub_id,
+        **{k: getattr(source, k) for k in _PREPROCESSING},
+        "origin_url": f"https://huggingface.co/{source.hf_hub_id}",
+        **_paper(paper),
         "description": f"timm's {timm_name} (weights first published at {origin})",
     }
 
@@ -134,7 +140,7 @@ def torchvision_weights(enum_name: str, member: str) -> Any:
     return getattr(getattr(torchvision.models, enum_name), member)
 
 
-def torchvision_cfg(enum_name: str, member: str) -> Dict[str, Any]:
+def torchvision_cfg(enum_name: str, member: str) -> dict[str, Any]:
     """A torchvision tag: URL, preprocessing from ``weights.transforms()``, top-1 from ``weights.meta``."""
     weights = torchvision_weights(enum_name, member)
     transform = weights.transforms()
@@ -142,9 +148,14 @@ def torchvision_cfg(enum_name: str, member: str) -> Dict[str, Any]:
     swag = "SWAG" in member
     top1 = weights.meta["_metrics"]["ImageNet-1K"]["acc@1"]
     return {
-        "url": weights.url, "num_classes": len(weights.meta["categories"]),
-        "input_size": (3, crop, crop), "crop_pct": round(crop / resize, 4), "crop_mode": "center",
-        "interpolation": transform.interpolation.value, "mean": tuple(transform.mean), "std": tuple(transform.std),
+        "url": weights.url,
+        "num_classes": len(weights.meta["categories"]),
+        "input_size": (3, crop, crop),
+        "crop_pct": round(crop / resize, 4),
+        "crop_mode": "center",
+        "interpolation": transform.interpolation.value,
+        "mean": tuple(transform.mean),
+        "std": tuple(transform.std),
         "license": torchvision_license(weights),
         "origin_url": weights.meta.get("recipe"),
         **_paper(_SWAG_PAPER if swag else _VIT_PAPER),
@@ -153,20 +164,28 @@ def torchvision_cfg(enum_name: str, member: str) -> Dict[str, Any]:
     }
 
 
-def transformers_cfg(repo_id: str) -> Dict[str, Any]:
+def transformers_cfg(repo_id: str) -> dict[str, Any]:
     """A Google transformers repo: no classifier; the pooler (Linear + Tanh) is the representation layer."""
     return {
-        "hf_hub_id": repo_id, "num_classes": 0, "input_size": (3, 224, 224), "crop_pct": 1.0,
-        "crop_mode": "center", "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
+        "hf_hub_id": repo_id,
+        "num_classes": 0,
+        "input_size": (3, 224, 224),
+        "crop_pct": 1.0,
+        "crop_mode": "center",
+        "interpolation": "bilinear",
+        "mean": (0.5, 0.5, 0.5),
+        "std": (0.5, 0.5, 0.5),
         # the license each of these repos' model cards declares on the Hub
-        "license": "apache-2.0", "origin_url": f"https://huggingface.co/{repo_id}", **_paper(_VIT_PAPER),
+        "license": "apache-2.0",
+        "origin_url": f"https://huggingface.co/{repo_id}",
+        **_paper(_VIT_PAPER),
         "description": f"Google's ImageNet-21k ViT, transformers format ({repo_id}); pooler kept, head zeroed "
-                       "by Google and not published",
+        "by Google and not published",
     }
 
 
-@functools.lru_cache(maxsize=None)
-def pretrained_tags() -> Dict[str, Dict[str, Any]]:
+@functools.cache
+def pretrained_tags() -> dict[str, dict[str, Any]]:
     """Every tag: ``"variant.tag" -> pretrained-cfg fields`` (in table order)."""
     tags = {tag: timm_cfg(name) for tag, name in TIMM_TAGS.items()}
     tags.update({tag: torchvision_cfg(*ref) for tag, ref in TORCHVISION_TAGS.items()})
@@ -174,13 +193,13 @@ def pretrained_tags() -> Dict[str, Dict[str, Any]]:
     return tags
 
 
-def tag_model_args(model_tag: str) -> Dict[str, Any]:
+def tag_model_args(model_tag: str) -> dict[str, Any]:
     """Model arguments the weights of ``model_tag`` need beyond the variant's architecture."""
     return dict(TAG_MODEL_ARGS.get(model_tag, {}))
 
 
-@functools.lru_cache(maxsize=None)
-def imagenet_label_names(num_classes: int) -> Optional[Tuple[str, ...]]:
+@functools.cache
+def imagenet_label_names(num_classes: int) -> tuple[str, ...] | None:
     """ImageNet synset names for a classifier of ``num_classes`` (as timm infers the subset), else None."""
     from timm.data import ImageNetInfo, infer_imagenet_subset
 
@@ -199,7 +218,7 @@ def source_of(model_tag: str) -> str:
     raise KeyError(f"{model_tag!r} is not a pretrained tag of the zoo")
 
 
-def top1(cfg: Dict[str, Any]) -> Optional[float]:
+def top1(cfg: dict[str, Any]) -> float | None:
     """The source's published ImageNet-1k top-1 recorded in a tag's notes, if any."""
     for note in cfg.get("notes") or ():
         if note.startswith("ImageNet-1k top-1 "):
@@ -218,7 +237,7 @@ class WeightsSource:
     cache_path: Path  # hf-hub: the repo's folder in the Hugging Face cache; url: the cached file itself
 
 
-def weights_source(cfg: Mapping[str, Any]) -> Optional[WeightsSource]:
+def weights_source(cfg: Mapping[str, Any]) -> WeightsSource | None:
     """The remote source of a resolved pretrained cfg, by timm's order (a file or state dict given in the cfg
     comes first, then the Hub, then the URL); None when nothing is fetched."""
     if cfg.get("state_dict") is not None or cfg.get("file") or cfg.get("source") == "local-dir":
@@ -227,7 +246,8 @@ def weights_source(cfg: Mapping[str, Any]) -> Optional[WeightsSource]:
     if hub_id:
         repo = hub_id.split("@")[0]
         filename = cfg.get("hf_hub_filename") or next(
-            (file for repo_id, file in TRANSFORMERS_REPOS.values() if repo_id == repo), "model.safetensors")
+            (file for repo_id, file in TRANSFORMERS_REPOS.values() if repo_id == repo), "model.safetensors"
+        )
         # the cache layout huggingface_hub documents: <HF_HUB_CACHE>/models--ORG--NAME/snapshots/<commit>/<file>
         folder = Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
         return WeightsSource("hf-hub", hub_id, filename, folder)
@@ -246,15 +266,17 @@ def _root_cause(error: BaseException) -> BaseException:
     from huggingface_hub.errors import HfHubHTTPError
 
     seen = {id(error)}
-    while not isinstance(error, HfHubHTTPError) and (error.__cause__ or error.__context__) is not None \
-            and id(error.__cause__ or error.__context__) not in seen:
+    while (
+        not isinstance(error, HfHubHTTPError)
+        and (error.__cause__ or error.__context__) is not None
+        and id(error.__cause__ or error.__context__) not in seen
+    ):
         error = error.__cause__ or error.__context__
         seen.add(id(error))
     return error
 
 
-def unavailable_weights_message(name: str, source: WeightsSource, error: Optional[BaseException],
-                                offline: bool) -> str:
+def unavailable_weights_message(name: str, source: WeightsSource, error: BaseException | None, offline: bool) -> str:
     """One message for weights that could not be fetched: the tag, where they come from, the cache path
     where they would be found, and how to provide them."""
     if offline:
@@ -267,13 +289,17 @@ def unavailable_weights_message(name: str, source: WeightsSource, error: Optiona
         repo = source.location.split("@")[0]
         origin = f"the Hugging Face Hub repo {source.location} (file {source.filename})"
         cached = f"the Hugging Face cache has no copy in {source.cache_path}"
-        fill = (f"run `hf download {repo} {source.filename}` on a machine with network and copy "
-                f"{source.cache_path} into this machine's cache (HF_HUB_CACHE)")
+        fill = (
+            f"run `hf download {repo} {source.filename}` on a machine with network and copy "
+            f"{source.cache_path} into this machine's cache (HF_HUB_CACHE)"
+        )
     else:
         origin = source.location
         cached = f"torch's cache has no copy at {source.cache_path}"
         fill = f"download that URL on a machine with network and put the file at {source.cache_path}"
     fail_fast = "" if offline else " Set HF_HUB_OFFLINE=1 to fail at once instead of waiting for the network."
-    return (f"cannot load the pretrained weights of {name!r} from {origin}: {why}, and {cached}. To provide "
-            f"them offline, {fill}; or pass pretrained_cfg_overlay=dict(file='/path/to/{source.filename}') to "
-            f"timm.create_model (train.py: --pretrained-path).{fail_fast}")
+    return (
+        f"cannot load the pretrained weights of {name!r} from {origin}: {why}, and {cached}. To provide "
+        f"them offline, {fill}; or pass pretrained_cfg_overlay=dict(file='/path/to/{source.filename}') to "
+        f"timm.create_model (train.py: --pretrained-path).{fail_fast}"
+    )

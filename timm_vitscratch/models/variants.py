@@ -1,4 +1,5 @@
 """The zoo: architecture table, pretrained cfgs and timm ``@register_model`` entry points."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,22 +7,33 @@ import difflib
 import os
 import urllib.error
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any
 
 from huggingface_hub import is_offline_mode
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
 from timm.models import (
-    DefaultCfg, PretrainedCfg, build_model_with_cfg, register_model, resolve_pretrained_cfg, split_model_name_tag,
+    DefaultCfg,
+    PretrainedCfg,
+    build_model_with_cfg,
+    register_model,
+    resolve_pretrained_cfg,
+    split_model_name_tag,
 )
 
+from ..errors import PretrainedWeightsUnavailable
+from ..private_api import record_model_args
 from .build import empty_model, initialised_model
 from .checkpoint_filter import checkpoint_filter_fn
-from ..errors import PretrainedWeightsUnavailable
 from .model_args import check_saved_config, safetensors_shapes
 from .pretrained import (
-    WeightsSource, imagenet_label_names, pretrained_tags, tag_model_args, unavailable_weights_message, weights_source,
+    WeightsSource,
+    imagenet_label_names,
+    pretrained_tags,
+    tag_model_args,
+    unavailable_weights_message,
+    weights_source,
 )
 from .vision_transformer import VisionTransformer
 
@@ -32,7 +44,7 @@ _L = dict(embed_dim=1024, depth=24, num_heads=16)
 _H = dict(embed_dim=1280, depth=32, num_heads=16)
 
 #: Architecture of every registered variant (model kwargs before user overrides).
-ARCHITECTURES: Dict[str, Dict[str, Any]] = {
+ARCHITECTURES: dict[str, dict[str, Any]] = {
     "scratch_vit_ti16": dict(patch_size=16, **_TI),
     "scratch_vit_s16": dict(patch_size=16, **_S),
     "scratch_vit_b16": dict(patch_size=16, **_B),
@@ -59,27 +71,35 @@ def unknown_model_message(name: str) -> str:
     return f"unknown model {name!r}{hint}"
 
 
-def _vit_cfg(**kwargs: Any) -> Dict[str, Any]:
+def _vit_cfg(**kwargs: Any) -> dict[str, Any]:
     """Pretrained cfg as timm's original ViT weights use (Inception mean/std, bicubic, crop .9).
 
     No license: a cfg without weights has none; each tag records its source's own (pretrained.py).
     """
     return {
-        "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": None,
-        "crop_pct": 0.9, "interpolation": "bicubic", "fixed_input_size": True,
-        "mean": IMAGENET_INCEPTION_MEAN, "std": IMAGENET_INCEPTION_STD,
-        "first_conv": "patch_embed.proj", "classifier": "head",
+        "url": "",
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": None,
+        "crop_pct": 0.9,
+        "interpolation": "bicubic",
+        "fixed_input_size": True,
+        "mean": IMAGENET_INCEPTION_MEAN,
+        "std": IMAGENET_INCEPTION_STD,
+        "first_conv": "patch_embed.proj",
+        "classifier": "head",
         **kwargs,
     }
 
 
-def _deit_cfg(**kwargs: Any) -> Dict[str, Any]:
+def _deit_cfg(**kwargs: Any) -> dict[str, Any]:
     """DeiT weights were trained with ImageNet mean/std and crop .875; two classifiers."""
-    return _vit_cfg(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=0.875,
-                    classifier=("head", "head_dist"), **kwargs)
+    return _vit_cfg(
+        mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=0.875, classifier=("head", "head_dist"), **kwargs
+    )
 
 
-def _pretrained_cfg(name: str) -> Dict[str, Any]:
+def _pretrained_cfg(name: str) -> dict[str, Any]:
     if name.startswith("scratch_deit_"):
         return _deit_cfg()
     if name.endswith("_in21k"):
@@ -92,12 +112,12 @@ def _pretrained_cfg(name: str) -> Dict[str, Any]:
 #: ``"ORG/NAME@commit"`` to pin a revision). ``timm.create_model("variant.tag", pretrained=True)`` then
 #: downloads ``model.safetensors`` from that repo. The project has published no weights yet, so the
 #: table is empty; :func:`register_hub_weights` adds entries at run time.
-HUB_WEIGHTS: Dict[str, Dict[str, Any]] = {}
-_DEFAULT_TAGS: Dict[str, str] = {}  # variant -> the tag `pretrained=True` without a tag loads
+HUB_WEIGHTS: dict[str, dict[str, Any]] = {}
+_DEFAULT_TAGS: dict[str, str] = {}  # variant -> the tag `pretrained=True` without a tag loads
 PRETRAINED_CFG_FIELDS = {f.name for f in dataclasses.fields(PretrainedCfg)}
 
 
-def _fits(variant: str, cfg: Dict[str, Any]) -> bool:
+def _fits(variant: str, cfg: dict[str, Any]) -> bool:
     """True when weights of ``cfg`` keep the variant's registered architecture (classifier, input size)."""
     own = _pretrained_cfg(variant)
     return all(cfg.get(k, own[k]) == own[k] for k in ("num_classes", "input_size"))
@@ -151,8 +171,9 @@ def register_hub_weights(model_tag: str, hf_hub_id: str, default: bool = False, 
         raise ValueError(f"{model_tag!r} has no tag: give 'variant.tag', e.g. '{variant}.my_weights_in1k'")
     unknown = sorted(set(cfg) - PRETRAINED_CFG_FIELDS - {"hf_hub_id"})
     if unknown:
-        raise ValueError(f"unknown pretrained-cfg fields {unknown}; "
-                         f"timm's PretrainedCfg has {sorted(PRETRAINED_CFG_FIELDS)}")
+        raise ValueError(
+            f"unknown pretrained-cfg fields {unknown}; timm's PretrainedCfg has {sorted(PRETRAINED_CFG_FIELDS)}"
+        )
     if "/" not in hf_hub_id:
         raise ValueError(f"hf_hub_id must be 'ORG/NAME' (or 'ORG/' to complete with the tag), got {hf_hub_id!r}")
     if hf_hub_id.endswith("/"):
@@ -180,11 +201,14 @@ def _reregister(variant: str) -> None:
         register_model(globals()[variant])
 
 
-def _resolved_cfg(variant: str, kwargs: Dict[str, Any]) -> PretrainedCfg:
+def _resolved_cfg(variant: str, kwargs: dict[str, Any]) -> PretrainedCfg:
     """The pretrained cfg timm's builder will use (read its fields directly: ``to_dict()`` deep-copies
     an in-memory state dict)."""
-    return resolve_pretrained_cfg(variant, pretrained_cfg=kwargs.get("pretrained_cfg"),
-                                  pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"))
+    return resolve_pretrained_cfg(
+        variant,
+        pretrained_cfg=kwargs.get("pretrained_cfg"),
+        pretrained_cfg_overlay=kwargs.get("pretrained_cfg_overlay"),
+    )
 
 
 def _names_weights(cfg: PretrainedCfg) -> bool:
@@ -202,7 +226,7 @@ def _loads_from_storage(cfg: PretrainedCfg) -> bool:
     return cfg.source in ("hf-hub", "local-dir") or cfg.state_dict is None
 
 
-def _check_file_config(variant: str, kwargs: Dict[str, Any]) -> None:
+def _check_file_config(variant: str, kwargs: dict[str, Any]) -> None:
     """What a ``local-dir:`` / ``hf-hub:`` config asks for, checked before anything is built.
 
     timm hands the file's ``model_args`` over as ``pretrained_model_args`` (and merges them into the
@@ -221,11 +245,18 @@ def _check_file_config(variant: str, kwargs: Dict[str, Any]) -> None:
 
 
 #: what timm's download of pretrained weights raises when the file cannot be fetched (Hub, URL, offline)
-FETCH_ERRORS = (LocalEntryNotFoundError, OfflineModeIsEnabled, HfHubHTTPError, httpx.TransportError,
-                urllib.error.URLError, ConnectionError, TimeoutError)
+FETCH_ERRORS = (
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    HfHubHTTPError,
+    httpx.TransportError,
+    urllib.error.URLError,
+    ConnectionError,
+    TimeoutError,
+)
 
 
-def _fetch_failure(name: str, source: WeightsSource, error: Optional[BaseException]) -> PretrainedWeightsUnavailable:
+def _fetch_failure(name: str, source: WeightsSource, error: BaseException | None) -> PretrainedWeightsUnavailable:
     return PretrainedWeightsUnavailable(unavailable_weights_message(name, source, error, offline=is_offline_mode()))
 
 
@@ -241,8 +272,10 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     model_args = {**ARCHITECTURES[variant], **tag_args, **kwargs}
     cfg = _resolved_cfg(variant, kwargs) if pretrained else None
     if cfg is not None and not tag and not _names_weights(cfg):
-        raise ValueError(f"{variant} has no default weights (its tags change the architecture): name one, "
-                         f"e.g. {variant}.{default_cfgs[variant].tags[1]}, or give pretrained_cfg_overlay=dict(file=...)")
+        raise ValueError(
+            f"{variant} has no default weights (its tags change the architecture): name one, "
+            f"e.g. {variant}.{default_cfgs[variant].tags[1]}, or give pretrained_cfg_overlay=dict(file=...)"
+        )
     source = weights_source(vars(cfg)) if cfg is not None else None  # vars: no copy of a state dict
     name = model_tag if tag else f"hf-hub:{cfg.hf_hub_id}" if cfg is not None and cfg.hf_hub_id else variant
     if source is not None and source.kind == "url" and is_offline_mode() and not source.cache_path.is_file():
@@ -252,7 +285,9 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     on_meta = cfg is not None and _loads_from_storage(cfg)
     try:  # timm's own download path; only its failure to fetch is put in words
         model = build_model_with_cfg(
-            empty_model if on_meta else initialised_model, variant, pretrained,
+            empty_model if on_meta else initialised_model,
+            variant,
+            pretrained,
             pretrained_filter_fn=checkpoint_filter_fn,
             feature_cfg=dict(out_indices=3, feature_cls="getter"),
             **model_args,
@@ -262,10 +297,15 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
             raise
         raise _fetch_failure(name, source, err) from err
     if tag_args:  # recorded where timm's factory records model args, so saved configs keep them
-        model._model_args = tag_args
+        record_model_args(model, **tag_args)
     built_cfg = getattr(model, "pretrained_cfg", None)
-    if pretrained and model_tag in pretrained_tags() and isinstance(built_cfg, dict) \
-            and built_cfg.get("num_classes") == model.num_classes and not built_cfg.get("label_names"):
+    if (
+        pretrained
+        and model_tag in pretrained_tags()
+        and isinstance(built_cfg, dict)
+        and built_cfg.get("num_classes") == model.num_classes
+        and not built_cfg.get("label_names")
+    ):
         # ImageNet synsets of the loaded classifier, as timm infers them (only while the head is the source's)
         built_cfg["label_names"] = imagenet_label_names(model.num_classes)
     return model

@@ -4,7 +4,8 @@ and ImageNet-21k "has_logits"."""
 import itertools
 import math
 from collections import OrderedDict
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Union
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from timm.layers import resample_abs_pos_embed, use_fused_attn
@@ -12,11 +13,22 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
+from ..private_api import record_input_size
 from . import naflex
 from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
-    WEIGHT_INITS, ActLayer, AttentionPool, Block, PatchDropout, PatchEmbed, check_attn_impl, init_layer_tensor,
-    norm_layer_eps, normal_init_, resolve_act_layer, sincos_2d_pos_embed,
+    WEIGHT_INITS,
+    ActLayer,
+    AttentionPool,
+    Block,
+    PatchDropout,
+    PatchEmbed,
+    check_attn_impl,
+    init_layer_tensor,
+    norm_layer_eps,
+    normal_init_,
+    resolve_act_layer,
+    sincos_2d_pos_embed,
 )
 
 GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
@@ -32,7 +44,7 @@ def _default_device() -> torch.device:
     return torch.empty(0).device
 
 
-def _take_indices(num_blocks: int, indices: Optional[Union[int, List[int]]]) -> Tuple[List[int], int]:
+def _take_indices(num_blocks: int, indices: int | list[int] | None) -> tuple[list[int], int]:
     """timm's index convention: None = all blocks, int n = the last n, a list = those (negative ok)."""
     if indices is None:
         indices = num_blocks
@@ -57,11 +69,13 @@ def _is_fx_proxy(x: torch.Tensor) -> bool:
 
 
 @torch.fx.wrap
-def _resampled_pos_embed(pos_embed: torch.Tensor, height: int, width: int, old_size: Tuple[int, int],
-                         num_prefix_tokens: int) -> torch.Tensor:
+def _resampled_pos_embed(
+    pos_embed: torch.Tensor, height: int, width: int, old_size: tuple[int, int], num_prefix_tokens: int
+) -> torch.Tensor:
     """The learned table bicubically resampled to a (height, width) patch grid (timm's resampling)."""
-    return resample_abs_pos_embed(pos_embed, new_size=[height, width], old_size=[old_size[0], old_size[1]],
-                                  num_prefix_tokens=num_prefix_tokens)
+    return resample_abs_pos_embed(
+        pos_embed, new_size=[height, width], old_size=[old_size[0], old_size[1]], num_prefix_tokens=num_prefix_tokens
+    )
 
 
 @torch.fx.wrap
@@ -96,8 +110,8 @@ class VisionTransformer(nn.Module):
 
     def __init__(
         self,
-        img_size: Union[int, Tuple[int, int]] = 224,
-        patch_size: Union[int, Tuple[int, int]] = 16,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int | tuple[int, int] = 16,
         in_chans: int = 3,
         num_classes: int = 1000,
         global_pool: str = "token",
@@ -108,14 +122,14 @@ class VisionTransformer(nn.Module):
         qkv_bias: bool = True,
         qk_norm: bool = False,
         proj_bias: bool = True,
-        init_values: Optional[float] = None,
+        init_values: float | None = None,
         class_token: bool = True,
         pos_embed: str = "learn",
         no_embed_class: bool = False,
         reg_tokens: int = 0,
         pre_norm: bool = False,
         final_norm: bool = True,
-        fc_norm: Optional[bool] = None,
+        fc_norm: bool | None = None,
         pool_include_prefix: bool = False,
         dynamic_img_size: bool = False,
         dynamic_img_pad: bool = False,
@@ -126,22 +140,33 @@ class VisionTransformer(nn.Module):
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         weight_init: str = "",
-        norm_layer: Optional[Any] = None,
-        act_layer: Optional[ActLayer] = None,
-        qk_scale: Optional[float] = None,
-        representation_size: Optional[int] = None,
+        norm_layer: Any | None = None,
+        act_layer: ActLayer | None = None,
+        qk_scale: float | None = None,
+        representation_size: int | None = None,
         distilled: bool = False,
         distilled_training: bool = False,
-        attn_impl: Optional[str] = None,
+        attn_impl: str | None = None,
         norm_eps: float = 1e-6,
         pooled_forward: bool = False,
         patchify_channels_last: bool = True,
-        device: Optional[Union[str, torch.device]] = None,
-        dtype: Optional[torch.dtype] = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self._check_args(num_classes, depth, embed_dim, num_heads, pos_embed, global_pool, class_token,
-                         distilled, representation_size, weight_init, reg_tokens)
+        self._check_args(
+            num_classes,
+            depth,
+            embed_dim,
+            num_heads,
+            pos_embed,
+            global_pool,
+            class_token,
+            distilled,
+            representation_size,
+            weight_init,
+            reg_tokens,
+        )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         # timm's norm_layer (a LayerNorm kind) sets the eps of every norm; norm_eps says the same thing
         if norm_layer is not None:
@@ -175,9 +200,16 @@ class VisionTransformer(nn.Module):
 
         # CLIP-style pre-norm models have no patch bias (timm's convention)
         # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim, bias=not pre_norm,
-                                      strict_img_size=not dynamic_img_size, dynamic_img_pad=dynamic_img_pad,
-                                      output_fmt="NHWC" if dynamic_img_size else None)
+        self.patch_embed = PatchEmbed(
+            img_size,
+            patch_size,
+            in_chans,
+            embed_dim,
+            bias=not pre_norm,
+            strict_img_size=not dynamic_img_size,
+            dynamic_img_pad=dynamic_img_pad,
+            output_fmt="NHWC" if dynamic_img_size else None,
+        )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
@@ -189,28 +221,51 @@ class VisionTransformer(nn.Module):
         else:
             self.pos_embed = None
         self.pos_drop = nn.Dropout(pos_drop_rate)
-        self.patch_drop = PatchDropout(patch_drop_rate, self.num_prefix_tokens) if patch_drop_rate > 0 else nn.Identity()
+        self.patch_drop = (
+            PatchDropout(patch_drop_rate, self.num_prefix_tokens) if patch_drop_rate > 0 else nn.Identity()
+        )
         self.norm_pre = nn.LayerNorm(embed_dim, eps=norm_eps) if pre_norm else nn.Identity()
 
         # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
         rates = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
-        self.blocks = nn.Sequential(*[
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias, qk_scale, proj_drop_rate, attn_drop_rate, rate,
-                  self.attn_impl, norm_eps, qk_norm, proj_bias, init_values, mlp_act)
-            for rate in rates
-        ])
+        self.blocks = nn.Sequential(
+            *[
+                Block(
+                    embed_dim,
+                    num_heads,
+                    mlp_ratio,
+                    qkv_bias,
+                    qk_scale,
+                    proj_drop_rate,
+                    attn_drop_rate,
+                    rate,
+                    self.attn_impl,
+                    norm_eps,
+                    qk_norm,
+                    proj_bias,
+                    init_values,
+                    mlp_act,
+                )
+                for rate in rates
+            ]
+        )
         self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and not use_fc_norm else nn.Identity()
         # timm's feature-extraction wrappers read this: every block is a feature level
-        self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=max(self.patch_embed.patch_size))
-                             for i in range(depth)]
+        self.feature_info = [
+            dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=max(self.patch_embed.patch_size))
+            for i in range(depth)
+        ]
 
-        self.attn_pool = (AttentionPool(embed_dim, num_heads, mlp_ratio, norm_eps=norm_eps, attn_impl=self.attn_impl,
-                                        act_layer=mlp_act)
-                          if global_pool == "map" else None)
+        self.attn_pool = (
+            AttentionPool(
+                embed_dim, num_heads, mlp_ratio, norm_eps=norm_eps, attn_impl=self.attn_impl, act_layer=mlp_act
+            )
+            if global_pool == "map"
+            else None
+        )
         self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and use_fc_norm else nn.Identity()
         if representation_size:
-            self.pre_logits = nn.Sequential(OrderedDict(
-                fc=nn.Linear(embed_dim, representation_size), act=nn.Tanh()))
+            self.pre_logits = nn.Sequential(OrderedDict(fc=nn.Linear(embed_dim, representation_size), act=nn.Tanh()))
         else:
             self.pre_logits = nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
@@ -226,8 +281,19 @@ class VisionTransformer(nn.Module):
             self.to(device=device, dtype=dtype)
 
     @staticmethod
-    def _check_args(num_classes, depth, embed_dim, num_heads, pos_embed, global_pool, class_token, distilled,
-                    representation_size, weight_init, reg_tokens) -> None:
+    def _check_args(
+        num_classes,
+        depth,
+        embed_dim,
+        num_heads,
+        pos_embed,
+        global_pool,
+        class_token,
+        distilled,
+        representation_size,
+        weight_init,
+        reg_tokens,
+    ) -> None:
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0 (0 = no classifier), got {num_classes}")
         if depth < 1:
@@ -250,7 +316,7 @@ class VisionTransformer(nn.Module):
         prefix = 0 if self.no_embed_class else self.num_prefix_tokens
         return self.patch_embed.num_patches + prefix
 
-    def _sincos_table(self, device: Optional[torch.device] = None) -> torch.Tensor:
+    def _sincos_table(self, device: torch.device | None = None) -> torch.Tensor:
         prefix = 0 if self.no_embed_class else self.num_prefix_tokens
         return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, prefix, device=device)
 
@@ -258,13 +324,14 @@ class VisionTransformer(nn.Module):
         return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
 
     # --- initialisation ----------------------------------------------------------------------
-    def init_weights(self, mode: Optional[str] = None) -> None:
+    def init_weights(self, mode: str | None = None) -> None:
         """Initialise every tensor by the ``weight_init`` scheme (timm's names; default: this model's)."""
         if mode is not None:
             self.weight_init_mode = mode
         for module_name, module in self.named_modules():
-            for name, tensor in itertools.chain(module.named_parameters(recurse=False),
-                                                module.named_buffers(recurse=False)):
+            for name, tensor in itertools.chain(
+                module.named_parameters(recurse=False), module.named_buffers(recurse=False)
+            ):
                 self._init_tensor(module_name, module, name, tensor)
 
     def _init_tensor(self, module_name: str, module: nn.Module, name: str, tensor: torch.Tensor) -> None:
@@ -287,7 +354,7 @@ class VisionTransformer(nn.Module):
         """True while any parameter or buffer is still on the ``meta`` device (holds no data)."""
         return any(t.is_meta for t in itertools.chain(self.parameters(), self.buffers()))
 
-    def materialize(self, device: Union[str, torch.device, None] = None) -> List[str]:
+    def materialize(self, device: str | torch.device | None = None) -> list[str]:
         """Give every tensor still on ``meta`` storage on ``device`` and initialise it; return their names.
 
         Tensors that already hold data are left untouched, so after a partial load (a new head,
@@ -297,8 +364,9 @@ class VisionTransformer(nn.Module):
         device = torch.device(device) if device is not None else _default_device()
         done = []
         for module_name, module in self.named_modules():
-            for name, tensor in itertools.chain(module.named_parameters(recurse=False),
-                                                module.named_buffers(recurse=False)):
+            for name, tensor in itertools.chain(
+                module.named_parameters(recurse=False), module.named_buffers(recurse=False)
+            ):
                 if not tensor.is_meta:
                     continue
                 fresh = torch.empty_like(tensor, device=device)
@@ -346,11 +414,11 @@ class VisionTransformer(nn.Module):
 
     # --- timm hooks ---------------------------------------------------------------------------
     @torch.jit.ignore
-    def no_weight_decay(self) -> Set[str]:
+    def no_weight_decay(self) -> set[str]:
         return set(OWN_TENSORS)
 
     @torch.jit.ignore
-    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         """Parameter groups for timm's layer-wise LR decay: stem, one group per block, then the rest."""
         return dict(
             stem=r"^cls_token|^reg_token|^dist_token|^pos_embed|^patch_embed|^norm_pre",
@@ -362,7 +430,7 @@ class VisionTransformer(nn.Module):
         self.grad_checkpointing = enable
 
     @torch.jit.ignore
-    def get_patch_size(self) -> Tuple[int, int]:
+    def get_patch_size(self) -> tuple[int, int]:
         """The (height, width) patch size; timm's train.py reads it to patchify NaFlex batches."""
         return self.patch_embed.patch_size
 
@@ -370,8 +438,10 @@ class VisionTransformer(nn.Module):
     def set_distilled_training(self, enable: bool = True) -> None:
         """Distilled models only: training forward returns ``(head, head_dist)`` when enabled."""
         if enable and not self.distilled:
-            raise ValueError("set_distilled_training(True) needs a model with a distillation token and "
-                             "head_dist (distilled=True, e.g. scratch_deit_ti16_distilled)")
+            raise ValueError(
+                "set_distilled_training(True) needs a model with a distillation token and "
+                "head_dist (distilled=True, e.g. scratch_deit_ti16_distilled)"
+            )
         self.distilled_training = enable
 
     @torch.jit.ignore
@@ -388,11 +458,11 @@ class VisionTransformer(nn.Module):
         self.pooled_forward = enable
 
     @torch.jit.ignore
-    def get_classifier(self) -> Union[nn.Module, Tuple[nn.Module, nn.Module]]:
+    def get_classifier(self) -> nn.Module | tuple[nn.Module, nn.Module]:
         return (self.head, self.head_dist) if self.head_dist is not None else self.head
 
     @torch.jit.ignore
-    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """Replace the classifier(s) with fresh, trainable ones for ``num_classes`` (0 = features only).
 
         The new head sits on the model's device and dtype and in its train/eval mode. A new
@@ -418,8 +488,9 @@ class VisionTransformer(nn.Module):
             setattr(self, name, head)
 
     @torch.jit.ignore
-    def set_input_size(self, img_size: Optional[Union[int, Tuple[int, int]]] = None,
-                       patch_size: Optional[Union[int, Tuple[int, int]]] = None) -> None:
+    def set_input_size(
+        self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None
+    ) -> None:
         """New input resolution and/or patch size, as timm does it.
 
         The learned position table is resampled (bicubic) to the new patch grid, the sincos table
@@ -431,20 +502,19 @@ class VisionTransformer(nn.Module):
         new_grid = self.patch_embed.grid_size
         if isinstance(self.pos_embed, nn.Parameter) and new_grid != old_grid:
             prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-            table = resample_abs_pos_embed(self.pos_embed.detach(), new_size=list(new_grid), old_size=list(old_grid),
-                                           num_prefix_tokens=prefix)
+            table = resample_abs_pos_embed(
+                self.pos_embed.detach(), new_size=list(new_grid), old_size=list(old_grid), num_prefix_tokens=prefix
+            )
             self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
         elif self.pos_embed is not None and self.sincos_pos_embed:
             self.pos_embed = self._sincos_table(self.pos_embed.device).to(self.pos_embed.dtype)
         if patch_size is not None:
             for info in self.feature_info:
                 info["reduction"] = max(self.patch_embed.patch_size)
-        try:  # timm's record of the size the model now takes (read by timm.models.get_model_input_config)
-            from timm.models._input import update_model_input_size
-        except ImportError:
-            return
-        update_model_input_size(self, self.patch_embed.img_size,
-                                patch_size=None if patch_size is None else self.patch_embed.patch_size)
+        # timm's record of the size the model now takes (read by timm.models.get_model_input_config)
+        record_input_size(
+            self, self.patch_embed.img_size, patch_size=None if patch_size is None else self.patch_embed.patch_size
+        )
 
     # --- forward ------------------------------------------------------------------------------
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
@@ -466,7 +536,7 @@ class VisionTransformer(nn.Module):
                 pos_embed = _sincos_pos_embed(x, height, width, dim, prefix)
             else:
                 pos_embed = _resampled_pos_embed(pos_embed, height, width, self.patch_embed.grid_size, prefix)
-        tokens: List[torch.Tensor] = []
+        tokens: list[torch.Tensor] = []
         if self.cls_token is not None:
             tokens.append(self.cls_token.expand(batch, -1, -1))
         if self.dist_token is not None:
@@ -488,7 +558,7 @@ class VisionTransformer(nn.Module):
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
 
-    def _blocks(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _blocks(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Every block, called as timm calls them: ``blocks`` as one module unless a mask or
         gradient checkpointing takes them one by one (so hooks on ``blocks`` fire where timm's do)."""
         if attn_mask is None and not self.grad_checkpointing:
@@ -500,8 +570,13 @@ class VisionTransformer(nn.Module):
                 x = block(x, attn_mask)
         return x
 
-    def forward_features(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                         patch_valid: Optional[torch.Tensor] = None, patch_coord: Optional[torch.Tensor] = None):
+    def forward_features(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        patch_valid: torch.Tensor | None = None,
+        patch_coord: torch.Tensor | None = None,
+    ):
         """(B, C, H, W) image -> (B, prefix + N, D) tokens after the final norm.
 
         A NaFlex batch (a dict, or patches with ``patch_coord`` and ``patch_valid``) gives timm's
@@ -547,24 +622,24 @@ class VisionTransformer(nn.Module):
                 x = block(x)
         return self.norm(x)
 
-    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
+    def pool(self, x: torch.Tensor, pool_type: str | None = None) -> torch.Tensor:
         """(B, N, D) tokens -> (B, D) by ``pool_type`` (default: ``global_pool``); ``''`` keeps the tokens."""
         if self.attn_pool is not None:
-            return self.attn_pool(x if self.pool_include_prefix else x[:, self.num_prefix_tokens:])
+            return self.attn_pool(x if self.pool_include_prefix else x[:, self.num_prefix_tokens :])
         pool_type = self.global_pool if pool_type is None else pool_type
         if pool_type == "token":
             return x[:, 0]
         if pool_type == "":
             return x
         if not self.pool_include_prefix:
-            x = x[:, self.num_prefix_tokens:]
+            x = x[:, self.num_prefix_tokens :]
         if pool_type == "avg":
             return x.mean(dim=1)
         if pool_type == "max":
             return x.amax(dim=1)
         return 0.5 * (x.amax(dim=1) + x.mean(dim=1))  # avgmax
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, patch_valid: Optional[torch.Tensor] = None):
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, patch_valid: torch.Tensor | None = None):
         """Tokens from ``forward_features`` -> logits (or the pooled pre-logit features).
 
         NaFlex features (the dict ``forward_features`` returns, or padded tokens with ``patch_valid``)
@@ -586,8 +661,13 @@ class VisionTransformer(nn.Module):
         x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x))))
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                patch_valid: Optional[torch.Tensor] = None, patch_coord: Optional[torch.Tensor] = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        patch_valid: torch.Tensor | None = None,
+        patch_coord: torch.Tensor | None = None,
+    ):
         """Logits: ``forward_head(forward_features(x))``, timm's computation.
 
         Opted into with ``pooled_forward`` (``set_pooled_forward()``), a head that reads only
@@ -606,7 +686,7 @@ class VisionTransformer(nn.Module):
         return self.forward_head(self.forward_features(x, attn_mask))
 
     @torch.jit.ignore
-    def forward_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+    def forward_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Forward through the eager path, returning features and every block's (B, heads, N, N) attention."""
         x = self._embed(x)
         maps = []
@@ -619,16 +699,16 @@ class VisionTransformer(nn.Module):
     def forward_intermediates(
         self,
         x: torch.Tensor,
-        indices: Optional[Union[int, List[int]]] = None,
+        indices: int | list[int] | None = None,
         return_prefix_tokens: bool = False,
         norm: bool = False,
         stop_early: bool = False,
         output_fmt: str = "NCHW",
         intermediates_only: bool = False,
         output_dict: bool = False,
-        attn_mask: Optional[torch.Tensor] = None,
-        patch_coord: Optional[torch.Tensor] = None,
-        patch_valid: Optional[torch.Tensor] = None,
+        attn_mask: torch.Tensor | None = None,
+        patch_coord: torch.Tensor | None = None,
+        patch_valid: torch.Tensor | None = None,
     ):
         """timm's intermediate-feature API: block outputs at ``indices`` as NCHW maps or NLC tokens.
 
@@ -645,12 +725,21 @@ class VisionTransformer(nn.Module):
         take_indices, max_index = _take_indices(len(self.blocks), indices)
         if naflex.is_naflex_call(x, patch_coord, patch_valid):
             return naflex.forward_intermediates(
-                self, naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord), take_indices, max_index,
-                return_prefix_tokens, norm, stop_early, output_fmt, intermediates_only, output_dict)
+                self,
+                naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord),
+                take_indices,
+                max_index,
+                return_prefix_tokens,
+                norm,
+                stop_early,
+                output_fmt,
+                intermediates_only,
+                output_dict,
+            )
         wanted = set(take_indices)
         batch, _, height, width = x.shape
         x = self._embed(x)
-        blocks = self.blocks[:max_index + 1] if stop_early else self.blocks
+        blocks = self.blocks[: max_index + 1] if stop_early else self.blocks
         intermediates = []
         for index, block in enumerate(blocks):
             if self.grad_checkpointing and torch.is_grad_enabled():
@@ -659,21 +748,22 @@ class VisionTransformer(nn.Module):
                 x = block(x, attn_mask)
             if index in wanted:
                 intermediates.append(self.norm(x) if norm else x)
-        prefix = [y[:, :self.num_prefix_tokens] for y in intermediates]
-        intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
+        prefix = [y[:, : self.num_prefix_tokens] for y in intermediates]
+        intermediates = [y[:, self.num_prefix_tokens :] for y in intermediates]
         if output_fmt == "NCHW":
             grid_h, grid_w = self.patch_embed.dynamic_feat_size((height, width))
-            intermediates = [y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous()
-                             for y in intermediates]
+            intermediates = [
+                y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates
+            ]
         if output_dict:
-            result: Dict[str, Any] = {"image_intermediates": intermediates}
+            result: dict[str, Any] = {"image_intermediates": intermediates}
             if return_prefix_tokens and self.num_prefix_tokens:
                 result["image_intermediates_prefix"] = prefix
             if not intermediates_only:
                 result["image_features"] = self.norm(x)
             return result
         if return_prefix_tokens and self.num_prefix_tokens:
-            intermediates = list(zip(intermediates, prefix))
+            intermediates = list(zip(intermediates, prefix, strict=False))
         if intermediates_only:
             return intermediates
         return self.norm(x), intermediates
@@ -682,25 +772,30 @@ class VisionTransformer(nn.Module):
     def get_intermediate_layers(
         self,
         x: torch.Tensor,
-        n: Union[int, List[int], Tuple[int, ...]] = 1,
+        n: int | list[int] | tuple[int, ...] = 1,
         reshape: bool = False,
         return_prefix_tokens: bool = False,
         norm: bool = False,
-        attn_mask: Optional[torch.Tensor] = None,
-    ) -> List[Any]:
+        attn_mask: torch.Tensor | None = None,
+    ) -> list[Any]:
         """The DINO-style interface: outputs of the last ``n`` blocks (or those at indices ``n``)."""
         return self.forward_intermediates(
-            x, n if isinstance(n, int) else list(n), return_prefix_tokens=return_prefix_tokens, norm=norm,
-            output_fmt="NCHW" if reshape else "NLC", intermediates_only=True, attn_mask=attn_mask,
+            x,
+            n if isinstance(n, int) else list(n),
+            return_prefix_tokens=return_prefix_tokens,
+            norm=norm,
+            output_fmt="NCHW" if reshape else "NLC",
+            intermediates_only=True,
+            attn_mask=attn_mask,
         )
 
     @torch.jit.ignore
     def prune_intermediate_layers(
-        self, indices: Union[int, List[int]] = 1, prune_norm: bool = False, prune_head: bool = True
-    ) -> List[int]:
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
         """Drop blocks (and optionally norm/head) not needed for ``forward_intermediates(indices)``."""
         take_indices, max_index = _take_indices(len(self.blocks), indices)
-        self.blocks = self.blocks[:max_index + 1]
+        self.blocks = self.blocks[: max_index + 1]
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
@@ -713,8 +808,10 @@ def _check_global_pool(global_pool: str, distilled: bool, class_token: bool) -> 
     if global_pool not in GLOBAL_POOLS:
         raise ValueError(f"global_pool must be one of {GLOBAL_POOLS}, got {global_pool!r}")
     if distilled and global_pool != "token":
-        raise ValueError(f"a distilled model pools its class and distillation tokens: global_pool must be "
-                         f"'token', got {global_pool!r}")
+        raise ValueError(
+            f"a distilled model pools its class and distillation tokens: global_pool must be "
+            f"'token', got {global_pool!r}"
+        )
     if global_pool == "token" and not class_token:
         raise ValueError("global_pool='token' needs the class token: pass class_token=True or another global_pool")
     return global_pool

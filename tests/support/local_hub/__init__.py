@@ -7,22 +7,38 @@ a 302 to a storage origin) and stores repositories on disk. It listens on 127.0.
 OS picks. Clients reach it with ``HF_ENDPOINT`` and must set ``HF_HUB_DISABLE_XET=1`` (it has no
 Xet storage); :meth:`LocalHub.client_env` gives the whole environment.
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from tests.support.local_hub.faults import (
-    CorruptBodyFault, CutBodyFault, DelayFault, DropConnectionFault, Fault, GateFault, HttpErrorFault,
+    CorruptBodyFault,
+    CutBodyFault,
+    DelayFault,
+    DropConnectionFault,
+    Fault,
+    GateFault,
+    HttpErrorFault,
 )
 from tests.support.local_hub.server import HubRequestHandler, _Server
 from tests.support.local_hub.store import RepoStore
 
-__all__ = ["CorruptBodyFault", "CutBodyFault", "DelayFault", "DropConnectionFault", "Fault", "GateFault",
-           "HttpErrorFault", "LocalHub", "RepoStore", "serve"]
+__all__ = [
+    "CorruptBodyFault",
+    "CutBodyFault",
+    "DelayFault",
+    "DropConnectionFault",
+    "Fault",
+    "GateFault",
+    "HttpErrorFault",
+    "LocalHub",
+    "RepoStore",
+    "serve",
+]
 
 
 class LocalHub:
@@ -33,25 +49,30 @@ class LocalHub:
     request (see :mod:`.faults`); ``requests`` records ``(origin, method, path, status)``.
     """
 
-    def __init__(self, root: Optional[os.PathLike] = None, token: Optional[str] = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, root: os.PathLike | None = None, token: str | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self._tmp = None if root is not None else tempfile.TemporaryDirectory(prefix="local-hub-")
         self.root = Path(root if root is not None else self._tmp.name)
         self.store = RepoStore(self.root)
         self.token = token
-        self.faults: List[Fault] = []
-        self.requests: List[Tuple[str, str, str, int]] = []
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str, str, int]] = []
         self._lock = threading.Lock()
         self._api = _Server((host, port), HubRequestHandler, self, "api")
         self._storage = _Server((host, 0), HubRequestHandler, self, "storage")
         self.url = f"http://{host}:{self._api.server_address[1]}"
         self.storage_url = f"http://{host}:{self._storage.server_address[1]}"
-        self._threads: List[threading.Thread] = []
+        self._threads: list[threading.Thread] = []
 
-    def start(self) -> "LocalHub":
+    def start(self) -> LocalHub:
         for server in (self._api, self._storage):
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                                      name=f"local-hub-{server.origin}", daemon=True)
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.1},
+                name=f"local-hub-{server.origin}",
+                daemon=True,
+            )
             thread.start()
             self._threads.append(thread)
         return self
@@ -68,7 +89,7 @@ class LocalHub:
         if self._tmp is not None:
             self._tmp.cleanup()
 
-    def __enter__(self) -> "LocalHub":
+    def __enter__(self) -> LocalHub:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -84,7 +105,7 @@ class LocalHub:
         self.faults.append(fault)
         return fault
 
-    def fault_for(self, origin: str, method: str, path: str) -> Optional[Fault]:
+    def fault_for(self, origin: str, method: str, path: str) -> Fault | None:
         for fault in list(self.faults):
             if fault.take(origin, method, path):
                 return fault
@@ -94,20 +115,26 @@ class LocalHub:
         with self._lock:
             self.requests.append((origin, method, path, status))
 
-    def client_env(self, hf_home: os.PathLike, token: Optional[str] = None) -> Dict[str, str]:
+    def client_env(self, hf_home: os.PathLike, token: str | None = None) -> dict[str, str]:
         """Environment for a ``huggingface_hub`` client of this server, with its cache under ``hf_home``."""
         return self.client_env_for(self.url, hf_home, token)
 
     @staticmethod
-    def client_env_for(endpoint: str, hf_home: os.PathLike, token: Optional[str] = None) -> Dict[str, str]:
-        env = {"HF_ENDPOINT": endpoint, "HF_HOME": str(hf_home), "HF_HUB_CACHE": str(Path(hf_home) / "hub"),
-               "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    def client_env_for(endpoint: str, hf_home: os.PathLike, token: str | None = None) -> dict[str, str]:
+        env = {
+            "HF_ENDPOINT": endpoint,
+            "HF_HOME": str(hf_home),
+            "HF_HUB_CACHE": str(Path(hf_home) / "hub"),
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
         if token is not None:
             env["HF_TOKEN"] = token
         return env
 
 
-def serve(root: Optional[os.PathLike] = None, port: int = 0, token: Optional[str] = None) -> None:
+def serve(root: os.PathLike | None = None, port: int = 0, token: str | None = None) -> None:
     """Run a local Hub in the foreground until Ctrl-C or SIGTERM (``python -m tests.support.local_hub`` from the repository root)."""
     import signal
     import time
@@ -119,9 +146,12 @@ def serve(root: Optional[os.PathLike] = None, port: int = 0, token: Optional[str
     hub = LocalHub(root, token=token, port=port).start()
     where = str(hub.root) if root is not None else f"{hub.root} (temporary, deleted on exit)"
     exports = f"export HF_ENDPOINT={hub.url} HF_HUB_DISABLE_XET=1" + (f" HF_TOKEN={token}" if token else "")
-    print(f"local Hub (a test/demo server, not huggingface.co) storing repos in {where}\n"
-          f"  API      {hub.url}\n  storage  {hub.storage_url}\n"
-          f"point huggingface_hub / timm / vitscratch at it with:\n  {exports}\nCtrl-C stops it.", flush=True)
+    print(
+        f"local Hub (a test/demo server, not huggingface.co) storing repos in {where}\n"
+        f"  API      {hub.url}\n  storage  {hub.storage_url}\n"
+        f"point huggingface_hub / timm / vitscratch at it with:\n  {exports}\nCtrl-C stops it.",
+        flush=True,
+    )
     try:
         while True:
             time.sleep(3600)

@@ -7,6 +7,7 @@ itself (an HTTP error, a dropped connection) or lets the Hub answer through
 ``handler.route_request()`` and interferes with that (a delay, a body cut short or corrupted).
 Add new kinds by subclassing :class:`Fault` and overriding :meth:`Fault.respond`.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,16 @@ import re
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 
 class Fault:
     """Base class: decides whether it takes a request; subclasses answer it in ``respond``."""
 
-    def __init__(self, method: Optional[str] = None, path: Optional[str] = None, origin: Optional[str] = None,
-                 times: Optional[int] = None) -> None:
+    def __init__(
+        self, method: str | None = None, path: str | None = None, origin: str | None = None, times: int | None = None
+    ) -> None:
         self.method = method.upper() if method else None
         self.path = re.compile(path) if path else None
         self.origin = origin
@@ -53,8 +56,13 @@ class HttpErrorFault(Fault):
     ``headers`` are added to the answer (``{"Retry-After": "0"}`` for a 429 the client may retry at once).
     """
 
-    def __init__(self, status: int = 500, message: str = "Internal Error - injected by the local Hub",
-                 headers: Optional[Dict[str, str]] = None, **match: Any) -> None:
+    def __init__(
+        self,
+        status: int = 500,
+        message: str = "Internal Error - injected by the local Hub",
+        headers: dict[str, str] | None = None,
+        **match: Any,
+    ) -> None:
         super().__init__(**match)
         self.status = status
         self.message = message
@@ -141,7 +149,7 @@ class CutBodyFault(Fault):
     def respond(self, handler: Any) -> None:
         def cut(chunk: bytes, offset: int, length: int) -> bytes:
             if offset + len(chunk) > self.after_bytes:
-                raise _BodyCut(chunk[:max(self.after_bytes - offset, 0)])
+                raise _BodyCut(chunk[: max(self.after_bytes - offset, 0)])
             return chunk
 
         _filter_body(handler, cut)
@@ -153,7 +161,7 @@ class CorruptBodyFault(Fault):
     Size and headers stay right: only a checksum of the content can tell.
     """
 
-    def __init__(self, at: Optional[int] = None, **match: Any) -> None:
+    def __init__(self, at: int | None = None, **match: Any) -> None:
         super().__init__(**match)
         self.at = at
 
@@ -183,7 +191,7 @@ class _BodyWriter:
 
     def __init__(self, wfile: Any, transform: Callable[[bytes, int, int], bytes]) -> None:
         self._wfile, self._transform = wfile, transform
-        self._length: Optional[int] = None
+        self._length: int | None = None
         self._offset = 0
 
     def write(self, data: bytes) -> int:

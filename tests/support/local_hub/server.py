@@ -5,20 +5,24 @@ endpoint) and a storage origin standing in for the Hub's CDN/S3, where LFS objec
 downloaded (``/resolve`` answers a 302 to it, with ``X-Linked-Etag`` / ``X-Linked-Size``). Only the
 classic LFS upload protocol is spoken: clients must set ``HF_HUB_DISABLE_XET=1``.
 """
+
 from __future__ import annotations
 
 import base64
 import json
 import re
 import socket
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.support.local_hub.store import HubError, RepoStore, check_repo_id, repo_not_found, tree_entries
 
-XET_MESSAGE = ("This local Hub speaks only the classic LFS upload protocol, not Xet: "
-               "set HF_HUB_DISABLE_XET=1 in the client's environment.")
+XET_MESSAGE = (
+    "This local Hub speaks only the classic LFS upload protocol, not Xet: "
+    "set HF_HUB_DISABLE_XET=1 in the client's environment."
+)
 
 
 class _Server(ThreadingHTTPServer):
@@ -26,7 +30,7 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: Tuple[str, int], handler: type, hub: Any, origin: str) -> None:
+    def __init__(self, address: tuple[str, int], handler: type, hub: Any, origin: str) -> None:
         self.hub, self.origin = hub, origin
         self.connections: set = set()
         super().__init__(address, handler)
@@ -54,14 +58,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     server: _Server
 
     # --- plumbing ------------------------------------------------------------------------------
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are recorded in LocalHub.requests instead of printed
 
-    def send_response(self, code: int, message: Optional[str] = None) -> None:
+    def send_response(self, code: int, message: str | None = None) -> None:
         self._status = code
         super().send_response(code, message)
 
-    def _send_json(self, status: int, payload: Any, headers: Optional[Dict[str, str]] = None) -> None:
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -123,7 +127,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if not self._authorized():
             raise HubError(401, "Invalid credentials in Authorization header")
 
-    def _readable_repo(self, repo_id: str) -> Dict[str, Any]:
+    def _readable_repo(self, repo_id: str) -> dict[str, Any]:
         record = self.server.hub.store.repo(repo_id)
         if record["private"] and not self._authorized():
             raise repo_not_found()  # the Hub does not reveal private repositories
@@ -170,7 +174,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self._send_error(error)
 
-    def _route(self, origin: str, path: str) -> Optional[Tuple[Callable, List[str]]]:
+    def _route(self, origin: str, path: str) -> tuple[Callable, list[str]] | None:
         parts = [unquote(p) for p in path.split("/")[1:]]
         method = self.command
         if origin == "storage":
@@ -210,13 +214,13 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         return None
 
     # --- API routes ----------------------------------------------------------------------------
-    def _agent_harnesses(self, query: Dict) -> None:
+    def _agent_harnesses(self, query: dict) -> None:
         self._send_json(200, {"standardEnvVars": [], "harnesses": {}})  # no AI-agent detection here
 
-    def _no_xet(self, query: Dict) -> None:
+    def _no_xet(self, query: dict) -> None:
         raise HubError(501, XET_MESSAGE)
 
-    def _create_repo(self, query: Dict) -> None:
+    def _create_repo(self, query: dict) -> None:
         self._require_write()
         body = self._json_body()
         if body.get("type", "model") != "model":
@@ -236,7 +240,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             raise
         self._send_json(200, {"url": url, "name": repo_id, "id": repo_id})
 
-    def _validate_yaml(self, query: Dict) -> None:
+    def _validate_yaml(self, query: dict) -> None:
         import yaml  # a dependency of huggingface_hub
 
         content = self._json_body().get("content", "")
@@ -250,48 +254,68 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 errors.append({"message": f"Invalid YAML metadata in README.md: {err}"})
         self._send_json(400 if errors else 200, {"errors": errors, "warnings": []})
 
-    def _model_info(self, repo_id: str, revision: Optional[str], query: Dict) -> None:
+    def _model_info(self, repo_id: str, revision: str | None, query: dict) -> None:
         hub = self.server.hub
         record = self._readable_repo(repo_id)
         commit = hub.store.resolve(repo_id, revision)
         with_blobs = query.get("blobs", ["false"])[0].lower() in ("1", "true")
         siblings = []
         for name, entry in sorted(commit["files"].items()):
-            sibling: Dict[str, Any] = {"rfilename": name}
+            sibling: dict[str, Any] = {"rfilename": name}
             if with_blobs:
                 sibling.update(size=entry["size"], blobId=entry["oid"])
                 if entry["lfs"]:
-                    sibling["lfs"] = {"sha256": entry["lfs"]["sha256"], "size": entry["lfs"]["size"],
-                                      "pointerSize": entry["lfs"]["pointer_size"]}
+                    sibling["lfs"] = {
+                        "sha256": entry["lfs"]["sha256"],
+                        "size": entry["lfs"]["size"],
+                        "pointerSize": entry["lfs"]["pointer_size"],
+                    }
             siblings.append(sibling)
         card = _card_data(hub.store, commit)
-        self._send_json(200, {
-            "_id": commit["id"][:24], "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0],
-            "sha": commit["id"], "lastModified": commit["date"], "createdAt": record["created_at"],
-            "private": record["private"], "disabled": False, "gated": False, "downloads": 0, "likes": 0,
-            "tags": list(card.get("tags") or []), "pipeline_tag": card.get("pipeline_tag"),
-            "library_name": card.get("library_name"), "cardData": card or None, "siblings": siblings,
-        })
+        self._send_json(
+            200,
+            {
+                "_id": commit["id"][:24],
+                "id": repo_id,
+                "modelId": repo_id,
+                "author": repo_id.split("/")[0],
+                "sha": commit["id"],
+                "lastModified": commit["date"],
+                "createdAt": record["created_at"],
+                "private": record["private"],
+                "disabled": False,
+                "gated": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": list(card.get("tags") or []),
+                "pipeline_tag": card.get("pipeline_tag"),
+                "library_name": card.get("library_name"),
+                "cardData": card or None,
+                "siblings": siblings,
+            },
+        )
 
-    def _tree(self, repo_id: str, revision: str, path: str, query: Dict) -> None:
+    def _tree(self, repo_id: str, revision: str, path: str, query: dict) -> None:
         self._readable_repo(repo_id)
         commit = self.server.hub.store.resolve(repo_id, revision)
         recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
         self._send_json(200, tree_entries(commit, path, recursive))
 
-    def _refs(self, repo_id: str, query: Dict) -> None:
+    def _refs(self, repo_id: str, query: dict) -> None:
         record = self._readable_repo(repo_id)
-        branches = [{"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit}
-                    for name, commit in sorted(record["refs"].items())]
+        branches = [
+            {"name": name, "ref": f"refs/heads/{name}", "targetCommit": commit}
+            for name, commit in sorted(record["refs"].items())
+        ]
         self._send_json(200, {"branches": branches, "converts": [], "tags": []})
 
-    def _create_branch(self, repo_id: str, branch: str, query: Dict) -> None:
+    def _create_branch(self, repo_id: str, branch: str, query: dict) -> None:
         self._require_write()
         self._readable_repo(repo_id)
         self.server.hub.store.create_branch(repo_id, branch, self._json_body().get("startingPoint"))
         self._send_json(200, {})
 
-    def _preupload(self, repo_id: str, revision: str, query: Dict) -> None:
+    def _preupload(self, repo_id: str, revision: str, query: dict) -> None:
         self._require_write()
         self._readable_repo(repo_id)
         if query.get("create_pr"):
@@ -309,7 +333,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             files.append({"path": item["path"], "uploadMode": mode, "shouldIgnore": False, "oid": remote_oid})
         self._send_json(200, {"files": files, "commitOid": commit["id"]})
 
-    def _commit(self, repo_id: str, revision: str, query: Dict) -> None:
+    def _commit(self, repo_id: str, revision: str, query: dict) -> None:
         self._require_write()
         self._readable_repo(repo_id)
         if query.get("create_pr"):
@@ -322,10 +346,17 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 except json.JSONDecodeError as err:
                     raise HubError(400, f"Commit payload is not NDJSON: {err}") from None
         commit_id = self.server.hub.store.commit(repo_id, revision, lines)
-        self._send_json(200, {"success": True, "commitOid": commit_id, "pullRequestUrl": None,
-                              "commitUrl": f"{self.server.hub.url}/{repo_id}/commit/{commit_id}"})
+        self._send_json(
+            200,
+            {
+                "success": True,
+                "commitOid": commit_id,
+                "pullRequestUrl": None,
+                "commitUrl": f"{self.server.hub.url}/{repo_id}/commit/{commit_id}",
+            },
+        )
 
-    def _lfs_batch(self, repo_id: str, query: Dict) -> None:
+    def _lfs_batch(self, repo_id: str, query: dict) -> None:
         self._require_write()
         self._readable_repo(repo_id)
         body = self._json_body()
@@ -335,12 +366,13 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         for item in body.get("objects", []):
             obj = {"oid": item["oid"], "size": int(item["size"]), "authenticated": True}
             if not store.has_lfs_object(item["oid"], obj["size"]):
-                obj["actions"] = {"upload": {"href": f"{self.server.hub.storage_url}/upload/{item['oid']}",
-                                             "header": {}}}
+                obj["actions"] = {
+                    "upload": {"href": f"{self.server.hub.storage_url}/upload/{item['oid']}", "header": {}}
+                }
             objects.append(obj)
         self._send_json(200, {"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
 
-    def _resolve(self, repo_id: str, revision: str, path: str, query: Dict) -> None:
+    def _resolve(self, repo_id: str, revision: str, path: str, query: dict) -> None:
         store = self.server.hub.store
         self._readable_repo(repo_id)
         commit = store.resolve(repo_id, revision)
@@ -348,8 +380,13 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         headers = {"X-Repo-Commit": commit["id"], "ETag": f'"{entry["oid"]}"'}
         if entry["lfs"]:
             sha256 = entry["lfs"]["sha256"]
-            headers.update({"X-Linked-Etag": f'"{sha256}"', "X-Linked-Size": str(entry["lfs"]["size"]),
-                            "Location": f"{self.server.hub.storage_url}/lfs/{sha256}"})
+            headers.update(
+                {
+                    "X-Linked-Etag": f'"{sha256}"',
+                    "X-Linked-Size": str(entry["lfs"]["size"]),
+                    "Location": f"{self.server.hub.storage_url}/lfs/{sha256}",
+                }
+            )
             self.send_response(302)
             for key, value in headers.items():
                 self.send_header(key, value)
@@ -359,17 +396,17 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self._send_file(store.file_path(entry), headers)
 
     # --- storage routes ------------------------------------------------------------------------
-    def _download_object(self, sha256: str, query: Dict) -> None:
+    def _download_object(self, sha256: str, query: dict) -> None:
         store = self.server.hub.store
         if not store.has_lfs_object(sha256):
             raise HubError(404, "Object not found")
         self._send_file(store.lfs_object(sha256), {"ETag": f'"{sha256}"'})
 
-    def _upload_object(self, sha256: str, query: Dict) -> None:
+    def _upload_object(self, sha256: str, query: dict) -> None:
         self.server.hub.store.put_lfs_object(sha256, self._body_chunks())
         self._send_json(200, {})
 
-    def _send_file(self, path: Any, headers: Dict[str, str]) -> None:
+    def _send_file(self, path: Any, headers: dict[str, str]) -> None:
         size = path.stat().st_size
         start, end, status = 0, size - 1, 200
         wanted = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", "").strip())
@@ -380,8 +417,11 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             else:  # suffix range: the last N bytes
                 start = max(size - int(wanted.group(2)), 0)
             if start >= size or start > end:
-                raise HubError(416, f"Range {self.headers['Range']} not satisfiable for {size} bytes",
-                               headers={"Content-Range": f"bytes */{size}"})
+                raise HubError(
+                    416,
+                    f"Range {self.headers['Range']} not satisfiable for {size} bytes",
+                    headers={"Content-Range": f"bytes */{size}"},
+                )
             status = 206
             headers = {**headers, "Content-Range": f"bytes {start}-{end}/{size}"}
         self.send_response(status)
@@ -404,7 +444,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 remaining -= len(chunk)
 
 
-def _card_data(store: RepoStore, commit: Dict[str, Any]) -> Dict[str, Any]:
+def _card_data(store: RepoStore, commit: dict[str, Any]) -> dict[str, Any]:
     """The YAML metadata block of the commit's README.md (what the Hub calls cardData)."""
     entry = commit["files"].get("README.md")
     if entry is None or entry["lfs"]:

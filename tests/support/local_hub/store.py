@@ -10,6 +10,7 @@ Layout under ``root``::
 Commits are immutable once written; ``repo.json`` is replaced atomically, so a failed commit
 leaves the repository as it was.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,8 +23,9 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any
 
 from timm_vitscratch.files import atomic_write
 
@@ -31,8 +33,20 @@ DEFAULT_BRANCH = "main"
 #: Files above this size go through LFS whatever their name (the Hub's limit for regular files).
 REGULAR_FILE_LIMIT = 10 * 1024 * 1024
 #: Patterns a new repository's ``.gitattributes`` tracks with LFS (weights and archives).
-LFS_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.npz", "*.npy", "*.h5",
-                "*.onnx", "*.msgpack", "*.tar.gz", "*.zip")
+LFS_PATTERNS = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.npz",
+    "*.npy",
+    "*.h5",
+    "*.onnx",
+    "*.msgpack",
+    "*.tar.gz",
+    "*.zip",
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
@@ -41,8 +55,9 @@ _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 class HubError(Exception):
     """An error answered to the client as the Hub does: status, ``X-Error-Code`` and a JSON message."""
 
-    def __init__(self, status: int, message: str, code: Optional[str] = None,
-                 headers: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self, status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -76,7 +91,7 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def check_repo_id(repo_id: str) -> Tuple[str, str]:
+def check_repo_id(repo_id: str) -> tuple[str, str]:
     parts = repo_id.split("/")
     if len(parts) != 2 or not all(_NAME.match(p) for p in parts) or any(".." in p for p in parts):
         raise HubError(400, f"Invalid repo id {repo_id!r}: expected 'namespace/name' (letters, digits, '-', '_', '.')")
@@ -104,7 +119,7 @@ class RepoStore:
         namespace, name = check_repo_id(repo_id)
         return self.root / "repos" / namespace / name
 
-    def repo(self, repo_id: str) -> Dict[str, Any]:
+    def repo(self, repo_id: str) -> dict[str, Any]:
         """The repository record (``private``, ``created_at``, ``refs``), or RepoNotFound."""
         path = self._repo_dir(repo_id) / "repo.json"
         try:
@@ -112,7 +127,7 @@ class RepoStore:
         except FileNotFoundError:
             raise repo_not_found() from None
 
-    def _save_repo(self, repo_id: str, record: Dict[str, Any]) -> None:
+    def _save_repo(self, repo_id: str, record: dict[str, Any]) -> None:
         with atomic_write(self._repo_dir(repo_id) / "repo.json", "w") as handle:
             json.dump(record, handle, indent=1)
 
@@ -128,7 +143,7 @@ class RepoStore:
             commit_id = self._write_commit(repo_id, None, "initial commit", "", files)
             self._save_repo(repo_id, {"private": private, "created_at": _now(), "refs": {DEFAULT_BRANCH: commit_id}})
 
-    def resolve(self, repo_id: str, revision: Optional[str]) -> Dict[str, Any]:
+    def resolve(self, repo_id: str, revision: str | None) -> dict[str, Any]:
         """The commit a branch name or a commit id points at, or RevisionNotFound."""
         record = self.repo(repo_id)
         revision = revision or DEFAULT_BRANCH
@@ -140,7 +155,7 @@ class RepoStore:
             raise revision_not_found(revision)
         return json.loads(path.read_text())
 
-    def create_branch(self, repo_id: str, branch: str, starting_point: Optional[str]) -> None:
+    def create_branch(self, repo_id: str, branch: str, starting_point: str | None) -> None:
         if not _BRANCH.match(branch) or ".." in branch or _COMMIT_ID.match(branch):
             raise HubError(400, f"Invalid branch name {branch!r}")
         with self._lock:
@@ -151,7 +166,7 @@ class RepoStore:
             self._save_repo(repo_id, record)
 
     # --- file contents -------------------------------------------------------------------------
-    def _store_regular(self, data: bytes) -> Dict[str, Any]:
+    def _store_regular(self, data: bytes) -> dict[str, Any]:
         blob_id = git_blob_id(data)
         path = self.root / "blobs" / blob_id
         if not path.exists():
@@ -164,7 +179,7 @@ class RepoStore:
             raise HubError(400, f"Invalid LFS object id {sha256!r}")
         return self.root / "lfs" / sha256
 
-    def has_lfs_object(self, sha256: str, size: Optional[int] = None) -> bool:
+    def has_lfs_object(self, sha256: str, size: int | None = None) -> bool:
         path = self.lfs_object(sha256)
         return path.is_file() and (size is None or path.stat().st_size == size)
 
@@ -187,19 +202,19 @@ class RepoStore:
                 os.unlink(tmp)
         return size
 
-    def file_path(self, entry: Dict[str, Any]) -> Path:
+    def file_path(self, entry: dict[str, Any]) -> Path:
         """Where the bytes of a tree entry live on disk."""
         if entry["lfs"]:
             return self.root / "lfs" / entry["lfs"]["sha256"]
         return self.root / "blobs" / entry["oid"]
 
-    def read_entry(self, commit: Dict[str, Any], path: str) -> Dict[str, Any]:
+    def read_entry(self, commit: dict[str, Any], path: str) -> dict[str, Any]:
         entry = commit["files"].get(path)
         if entry is None:
             raise entry_not_found(commit["id"])
         return entry
 
-    def upload_mode(self, commit: Dict[str, Any], path: str, size: int, sample: bytes) -> str:
+    def upload_mode(self, commit: dict[str, Any], path: str, size: int, sample: bytes) -> str:
         """'lfs' for paths ``.gitattributes`` tracks, large files and binary samples; else 'regular'."""
         if size > REGULAR_FILE_LIMIT or b"\0" in sample:
             return "lfs"
@@ -212,16 +227,22 @@ class RepoStore:
         return "lfs" if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(path, p) for p in patterns) else "regular"
 
     # --- commits -------------------------------------------------------------------------------
-    def _write_commit(self, repo_id: str, parent: Optional[str], summary: str, description: str,
-                      files: Dict[str, Any]) -> str:
-        body = {"parent": parent, "summary": summary, "description": description, "date": _now(),
-                "files": dict(sorted(files.items()))}
+    def _write_commit(
+        self, repo_id: str, parent: str | None, summary: str, description: str, files: dict[str, Any]
+    ) -> str:
+        body = {
+            "parent": parent,
+            "summary": summary,
+            "description": description,
+            "date": _now(),
+            "files": dict(sorted(files.items())),
+        }
         commit_id = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
         with atomic_write(self._repo_dir(repo_id) / "commits" / f"{commit_id}.json", "w") as handle:
             json.dump({"id": commit_id, **body}, handle, indent=1)
         return commit_id
 
-    def commit(self, repo_id: str, branch: str, lines: List[Dict[str, Any]]) -> str:
+    def commit(self, repo_id: str, branch: str, lines: list[dict[str, Any]]) -> str:
         """Apply the NDJSON operations of ``/commit`` on ``branch``; all or nothing."""
         if not lines or lines[0].get("key") != "header":
             raise HubError(400, "A commit starts with a 'header' line")
@@ -237,13 +258,14 @@ class RepoStore:
             files = dict(head["files"])
             for line in lines[1:]:
                 self._apply(files, line.get("key"), line.get("value") or {})
-            commit_id = self._write_commit(repo_id, head["id"], header.get("summary", ""),
-                                           header.get("description", ""), files)
+            commit_id = self._write_commit(
+                repo_id, head["id"], header.get("summary", ""), header.get("description", ""), files
+            )
             record["refs"][branch] = commit_id
             self._save_repo(repo_id, record)
             return commit_id
 
-    def _apply(self, files: Dict[str, Any], key: Optional[str], value: Dict[str, Any]) -> None:
+    def _apply(self, files: dict[str, Any], key: str | None, value: dict[str, Any]) -> None:
         path = check_path(value.get("path", ""))
         if key == "file":
             if value.get("encoding") != "base64":
@@ -255,8 +277,11 @@ class RepoStore:
                 raise HubError(400, f"LFS object {sha256} for {path} was never uploaded (or its size differs)")
             size = self.lfs_object(sha256).stat().st_size
             pointer = lfs_pointer(sha256, size)
-            files[path] = {"oid": git_blob_id(pointer), "size": size,
-                           "lfs": {"sha256": sha256, "size": size, "pointer_size": len(pointer)}}
+            files[path] = {
+                "oid": git_blob_id(pointer),
+                "size": size,
+                "lfs": {"sha256": sha256, "size": size, "pointer_size": len(pointer)},
+            }
         elif key == "deletedFile":
             if files.pop(path, None) is None:
                 raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
@@ -268,26 +293,30 @@ class RepoStore:
             raise HubError(400, f"Unknown commit operation {key!r}")
 
 
-def tree_entries(commit: Dict[str, Any], path: str = "", recursive: bool = False) -> List[Dict[str, Any]]:
+def tree_entries(commit: dict[str, Any], path: str = "", recursive: bool = False) -> list[dict[str, Any]]:
     """The Hub's ``/tree`` listing of a commit: files (with LFS info) and folders under ``path``."""
     prefix = path.strip("/") + "/" if path.strip("/") else ""
     if prefix and not any(name.startswith(prefix) for name in commit["files"]):
         raise entry_not_found(commit["id"])
-    entries: Dict[str, Dict[str, Any]] = {}
+    entries: dict[str, dict[str, Any]] = {}
     for name, entry in commit["files"].items():
         if not name.startswith(prefix):
             continue
-        parts = name[len(prefix):].split("/")
+        parts = name[len(prefix) :].split("/")
         depth = len(parts) if recursive else 1
         for i in range(1, min(depth, len(parts) - 1) + 1):  # the folders on the way
             folder = prefix + "/".join(parts[:i])
-            entries.setdefault(folder, {"type": "directory", "path": folder,
-                                        "oid": hashlib.sha1(folder.encode()).hexdigest(), "size": 0})
+            entries.setdefault(
+                folder,
+                {"type": "directory", "path": folder, "oid": hashlib.sha1(folder.encode()).hexdigest(), "size": 0},
+            )
         if recursive or len(parts) == 1:
             item = {"type": "file", "path": name, "oid": entry["oid"], "size": entry["size"]}
             if entry["lfs"]:
-                item["lfs"] = {"oid": entry["lfs"]["sha256"], "size": entry["lfs"]["size"],
-                               "pointerSize": entry["lfs"]["pointer_size"]}
+                item["lfs"] = {
+                    "oid": entry["lfs"]["sha256"],
+                    "size": entry["lfs"]["size"],
+                    "pointerSize": entry["lfs"]["pointer_size"],
+                }
             entries[name] = item
     return [entries[k] for k in sorted(entries)]
-

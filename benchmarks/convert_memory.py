@@ -40,7 +40,7 @@ def child(route: str, source_format: str, src: str, out: str) -> None:
 
     import timm_vitscratch  # noqa: F401  (both routes pay the same imports)
     from timm_vitscratch.convert import convert
-    from timm_vitscratch.convert.formats import formats
+    from timm_vitscratch.layouts import LAYOUTS
 
     start = time.perf_counter()
     if route == "ours":
@@ -50,8 +50,8 @@ def child(route: str, source_format: str, src: str, out: str) -> None:
             state_dict = load_file(src)
         else:
             state_dict = torch.load(src, map_location="cpu", weights_only=True)
-        depth = formats()[source_format].depth(set(state_dict))
-        rules = formats()[source_format].key_map(set(state_dict), depth)  # renames only, for these formats
+        depth = LAYOUTS[source_format].depth(set(state_dict))
+        rules = LAYOUTS[source_format].key_map(set(state_dict), depth)  # renames only, for these formats
         renamed = {
             target: state_dict[rule.sources[0]] for target, rule in rules.items() if rule.sources[0] in state_dict
         }

@@ -34,7 +34,7 @@ from torch import nn
 from examples.local_hub_session import local_hub_session, request_summary
 from examples.training_loop import create_train_state, evaluate_top1, tensor_batches, train_step
 from timm_vitscratch import hub
-from timm_vitscratch.hub.model_dir import save_model_directory
+from timm_vitscratch.model_dir import save_model_directory
 
 MODEL = "scratch_vit_ti16"
 ALL_DIGITS = tuple(range(10))

@@ -5,7 +5,7 @@ lines a script needs around timm's pieces, shared by the digits example (``examp
 and the DDP check (``distributed.py``): a ``timm.task`` computes the loss, ``create_optimizer_v2``
 builds the parameter groups (weight decay filtering, layer-wise LR decay through the model's
 ``group_matcher``), ``create_scheduler_v2`` steps the LR per update. A trained model is saved with
-``hub_format.save_model_directory``.
+``timm_vitscratch.model_dir.save_model_directory``.
 """
 
 from __future__ import annotations

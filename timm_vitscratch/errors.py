@@ -1,8 +1,9 @@
-"""The project's exception types."""
+"""The project's exception types, and the one way their messages list many things."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 
 class ConversionError(ValueError):
@@ -34,7 +35,7 @@ class ModelArgsError(ValueError):
 class ModelDirectoryError(ValueError):
     """A model directory (local or on the Hub) whose files are missing, foreign, damaged or inconsistent.
 
-    Raised by ``hub.model_dir.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
+    Raised by ``model_dir.read_config``, ``hub.check_model_directory``, ``hub.push`` and ``hub.pull``;
     the message starts with the directory (or ``repo@revision``) and says what is wrong.
     """
 
@@ -57,3 +58,13 @@ class NaFlexBatchError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"NaFlex batch {field!r}: {problem}")
+
+
+def listed(items: Iterable[object], limit: int = 5, sep: str = ", ", quote: bool = True) -> str:
+    """The first ``limit`` items (``repr`` when ``quote``), then how many there are in all: a message stays
+    short however many keys or tensors are wrong."""
+    items = list(items)
+    if not items:
+        return "none"
+    head = sep.join(repr(i) if quote else str(i) for i in items[:limit])
+    return head + (f"{sep}... ({len(items)} in all)" if len(items) > limit else "")

@@ -15,7 +15,7 @@ from tests.support.sources import batch, hf_config, load_converted, logits, max_
 from timm_vitscratch.convert import convert
 from timm_vitscratch.convert.plan import TAG_PROVENANCE
 from timm_vitscratch.errors import VerificationError
-from timm_vitscratch.hub.model_dir import METADATA_KEY
+from timm_vitscratch.model_dir import METADATA_KEY
 
 X = batch(64)
 

@@ -262,7 +262,7 @@ def test_output_dir_not_writable(vit_file):
         out = base / "locked"
         out.mkdir()
         out.chmod(0o555)
-        formats.formats()  # import everything before forking
+        assert formats.FORMATS  # every format module is imported before forking
         pid = os.fork()
         if pid == 0:  # child: a user who cannot write to `out` (root writes anywhere, so become nobody)
             code = 9
@@ -394,3 +394,24 @@ def test_activation_a_config_names_that_the_model_cannot_build(tmp_path):
     # a file's args hold data, never a class: an activation module is refused by the allow-list
     with pytest.raises(ConversionError, match=re.escape("act_layer is <class 'torch.nn.modules.activation.Softsign'>")):
         architecture_facts("vit_tiny_patch16_224", {"depth": 1, "act_layer": torch.nn.Softsign}, "args")
+
+
+def test_args_timm_cannot_build_are_refused_not_dropped(tmp_path):
+    """A config's architecture that timm cannot build with its args leaves the heads, activation and eps unknown:
+    refused by name, where they used to be dropped silently (and then assumed to be GELU and 1e-6)."""
+    import json
+
+    from timm_vitscratch.convert.timm_format import architecture_facts
+
+    # quick_gelu is what this CLIP architecture stands for; 5 heads do not divide its 768 channels
+    with pytest.raises(ConversionError, match="timm cannot build 'vit_base_patch32_clip_quickgelu_224'"):
+        architecture_facts("vit_base_patch32_clip_quickgelu_224", {"num_heads": 5}, "config.json model_args")
+    assert architecture_facts("vit_base_patch32_clip_quickgelu_224", {}, "config.json")["act_layer"] == "quick_gelu"
+    with pytest.raises(ConversionError, match="names 'resnet18', which is not a Vision Transformer"):
+        architecture_facts("resnet18", {}, "config.json")
+    model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, depth=2, img_size=64))
+    (tmp_path / "src").mkdir()
+    save_file(model.state_dict(), str(tmp_path / "src" / "model.safetensors"))
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 10, "model_args": {"depth": 2, "num_heads": 5}}
+    (tmp_path / "src" / "config.json").write_text(json.dumps(config))
+    refused(tmp_path / "src", tmp_path / "out", "timm cannot build 'vit_tiny_patch16_224'")

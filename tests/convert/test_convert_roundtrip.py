@@ -11,7 +11,7 @@ from tests.support import tiny
 from tests.support.sources import NUM_CLASSES, TOL, batch, logits, max_diff, randomized, timm_deit_distilled
 from timm_vitscratch.convert import ConversionError, convert, export
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import model_config, save_model_directory, write_config
+from timm_vitscratch.model_dir import model_config, save_model_directory, write_config
 
 
 def scratch_dir(tmp_path, name="scratch_vit_ti16", **kwargs):

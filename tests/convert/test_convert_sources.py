@@ -28,7 +28,7 @@ from tests.support.sources import (
 )
 from timm_vitscratch.convert import convert
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import METADATA_KEY
+from timm_vitscratch.model_dir import METADATA_KEY
 
 
 def check(src, out, reference, x=None, **kwargs):

@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from tests.support import tiny
 from timm_vitscratch.files import atomic_write, sha256_file
-from timm_vitscratch.hub.model_dir import METADATA_KEY, WEIGHTS_NAME, model_config, read_config, write_config
+from timm_vitscratch.model_dir import METADATA_KEY, WEIGHTS_NAME, model_config, read_config, write_config
 
 
 def test_atomic_write_keeps_previous_file_on_error(tmp_path):

@@ -26,7 +26,7 @@ from tests.support import TINY, tiny
 from tests.support.hub_fixtures import repo_for, upload_raw
 from tests.support.sources import timm_vit
 from timm_vitscratch.cli import main as cli_main
-from timm_vitscratch.hub.model_dir import model_config, write_config
+from timm_vitscratch.model_dir import model_config, write_config
 from timm_vitscratch.models.variants import ARCHITECTURES
 
 

@@ -22,7 +22,7 @@ from tests.support.hub_fixtures import model_dir, repo_for
 from timm_vitscratch import hub, install
 from timm_vitscratch.convert import convert, export
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import check_model_directory
+from timm_vitscratch.model_dir import check_model_directory
 
 NOTES = "my notes on this model\n"
 

@@ -18,7 +18,7 @@ from tests.support import tiny
 from tests.support.fuzzing import LoaderProcess, check_outcome
 from tests.support.hub_fixtures import model_dir
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import read_config, write_config
+from timm_vitscratch.model_dir import read_config, write_config
 
 HEADROOM = 384 << 20
 BOMB_BYTES = 512 << 20  # more than the headroom: decompressing it under the cap would fail

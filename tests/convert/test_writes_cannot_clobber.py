@@ -15,7 +15,7 @@ from tests.support.child_writers import run_in_child
 from tests.support.sources import hf_config, randomized
 from timm_vitscratch.cli import main
 from timm_vitscratch.convert import ConversionError, convert, export
-from timm_vitscratch.hub.model_dir import check_model_directory
+from timm_vitscratch.model_dir import check_model_directory
 
 
 def snapshot(directory):

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 from tests.support.sources import randomized
 from timm_vitscratch.convert import convert
 from timm_vitscratch.hub.model_card import model_card
-from timm_vitscratch.hub.model_dir import model_config, read_config
+from timm_vitscratch.model_dir import model_config, read_config
 from timm_vitscratch.models.pretrained import TORCHVISION_TAGS, torchvision_license
 
 

@@ -14,7 +14,7 @@ from tests.support.hub_fixtures import logits, model_dir, repo_for
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import check_model_directory, save_model_directory
+from timm_vitscratch.model_dir import check_model_directory, save_model_directory
 
 NAMES = ["cat", "dog", "owl", "yak"]
 

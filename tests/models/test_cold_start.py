@@ -16,7 +16,7 @@ from timm.layers import resample_abs_pos_embed
 
 from tests.support import TINY, tiny
 from timm_vitscratch import VisionTransformer
-from timm_vitscratch.hub.model_dir import model_config, write_config
+from timm_vitscratch.model_dir import model_config, write_config
 from timm_vitscratch.models.layers import normal_init_, sincos_2d_pos_embed
 
 

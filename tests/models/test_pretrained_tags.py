@@ -119,7 +119,7 @@ def test_list_pretrained_shows_every_tag_with_its_facts():
 
 def test_model_card_shows_the_tags_published_facts():
     from timm_vitscratch.hub.model_card import model_card
-    from timm_vitscratch.hub.model_dir import model_config
+    from timm_vitscratch.model_dir import model_config
 
     weights = torchvision.models.ViT_L_16_Weights.IMAGENET1K_SWAG_E2E_V1
     model = timm.create_model("scratch_vit_l16.tv_swag_e2e_in1k", device="meta")

@@ -24,7 +24,7 @@ from tests.support import tiny
 from tests.support.environments import env, run_python, site_packages
 from timm_vitscratch import ARCHITECTURES
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import WEIGHTS_NAME, model_config, write_config
+from timm_vitscratch.model_dir import WEIGHTS_NAME, model_config, write_config
 
 PTH_NAME = "timm_vitscratch_autoload.pth"
 SCRATCH_COUNT = len(ARCHITECTURES)

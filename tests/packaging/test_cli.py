@@ -73,7 +73,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0():
 
 def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
     from tests.support import tiny
-    from timm_vitscratch.hub.model_dir import save_model_directory
+    from timm_vitscratch.model_dir import save_model_directory
 
     assert main(["summary", "scratch_vit_b16.tv_swag_e2e_in1k"]) == 0  # the tag's 384x384 input
     assert capsys.readouterr().out.startswith(

@@ -25,7 +25,7 @@ from huggingface_hub import constants
 
 from tests.support import tiny
 from tests.support.local_hub import LocalHub
-from timm_vitscratch.hub.model_dir import save_model_directory
+from timm_vitscratch.model_dir import save_model_directory
 
 TOKEN = "hf_local_test_token"
 CLIENT_SCRIPT = Path(__file__).with_name("hub_client.py")

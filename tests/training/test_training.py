@@ -12,7 +12,7 @@ from timm.utils import CheckpointSaver
 
 from examples.training_loop import create_train_state, evaluate_top1, train, train_step
 from tests.support import TINY, tiny
-from timm_vitscratch.hub.model_dir import save_model_directory
+from timm_vitscratch.model_dir import save_model_directory
 
 
 def _separable_batch(num_classes: int = 4, size: int = 32, batch: int = 32):
@@ -216,7 +216,7 @@ def test_bfloat16_autocast_on_cpu_trains():
 
 def test_save_model_directory_round_trips_through_timm_local_dir(tmp_path):
     from timm_vitscratch.files import sha256_file
-    from timm_vitscratch.hub.model_dir import WEIGHTS_NAME, read_config
+    from timm_vitscratch.model_dir import WEIGHTS_NAME, read_config
 
     model = tiny("scratch_vit_b16_in21k", num_classes=5, representation_size=48).eval()
     # a torch.compile wrapper (as train.py --torchcompile holds the model) is unwrapped: no _orig_mod. keys

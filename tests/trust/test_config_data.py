@@ -19,7 +19,7 @@ from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import NonFiniteWeightsWarning, check_model_directory, save_model_directory
+from timm_vitscratch.model_dir import NonFiniteWeightsWarning, check_model_directory, save_model_directory
 from timm_vitscratch.models.model_args import (
     MAX_PARAMETERS,
     OPTIONS,

@@ -26,7 +26,7 @@ from tests.support.hub_fixtures import upload_raw
 from timm_vitscratch.cli import main
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub.model_dir import check_model_directory, save_model_directory
+from timm_vitscratch.model_dir import check_model_directory, save_model_directory
 
 BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
 

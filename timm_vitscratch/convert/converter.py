@@ -18,7 +18,9 @@ import torch
 
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike
-from ..hub.model_dir import (
+from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
+from ..layouts.checkpoint import Checkpoint, open_checkpoint
+from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
     WEIGHTS_NAME,
@@ -26,10 +28,8 @@ from ..hub.model_dir import (
     read_label_names,
     write_model_directory,
 )
-from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
 from ..models.variants import ARCHITECTURES
 from ..tensor_writer import TensorSpec
-from .checkpoint import Checkpoint, open_checkpoint
 from .formats import detect_format
 from .plan import ConversionPlan, Target, parse_dtype, plan_conversion
 from .shape_inference import assumed_text, assumption_notes, how_to_state

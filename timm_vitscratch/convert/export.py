@@ -9,15 +9,15 @@ from typing import Any
 
 import torch
 
-from ..errors import ConversionError, ModelDirectoryError
+from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
-from ..hub.model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
 from ..install import ConcurrentWriteError
+from ..layouts.checkpoint import open_checkpoint
+from ..layouts.keymap import available
+from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
 from ..models.architecture import describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
-from .checkpoint import open_checkpoint
-from .formats import formats
-from .keymap import available
+from .formats import FORMATS
 from .plan import meta_output, parse_dtype
 
 EXPORT_TARGETS = ("timm", "torchvision", "jax")
@@ -48,8 +48,7 @@ def _refuse_what_the_layout_cannot_hold(
     unused = sorted(keys - {source for rule in rules.values() for source in rule.sources})
     if unused:
         raise ConversionError(
-            f"{library}'s ViT layout has no place for {unused[:5]}"
-            f"{f' ({len(unused)} in all)' if len(unused) > 5 else ''}; "
+            f"{library}'s ViT layout has no place for {listed(unused)}; "
             "export to timm, whose VisionTransformer takes these options"
         )
     if to == "timm":
@@ -94,7 +93,7 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
     refuse_writing_over(model_dir, out)
     if to not in EXPORT_TARGETS:
         raise ConversionError(f"unknown export target {to!r}; expected one of {', '.join(EXPORT_TARGETS)}")
-    fmt = formats()[to]
+    fmt = FORMATS[to]
     suffix = out.suffix.lower()
     if suffix not in fmt.export_suffixes:
         raise ConversionError(f"{to} export writes {' or '.join(fmt.export_suffixes)} files; got {out.name!r}", out)
@@ -116,7 +115,7 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
         if keys != set(expected):
             raise ConversionError(
                 f"{WEIGHTS_NAME} does not hold {name}'s tensors (missing "
-                f"{sorted(set(expected) - keys)[:5]}, unexpected {sorted(keys - set(expected))[:5]})",
+                f"{listed(sorted(set(expected) - keys))}, unexpected {listed(sorted(keys - set(expected)))})",
                 weights,
             )
         rules = fmt.export_map(arch, keys)

@@ -1,199 +1,24 @@
-"""What every checkpoint format provides, the registry of formats, and detection by key names."""
+"""The formats ``convert`` reads and writes, by name, and detection that returns one of them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.detect import SOURCE_NAMES, detect_layout
+from .jax_format import JaxFormat
+from .source_format import SourceFormat
+from .timm_format import TimmFormat
+from .torchvision_format import TorchvisionFormat
+from .transformers_format import TransformersFormat
 
-import torch
-from torch import nn
+FORMATS: dict[str, SourceFormat] = {
+    fmt.name: fmt for fmt in (TimmFormat(), TorchvisionFormat(), TransformersFormat(), JaxFormat())
+}
+assert tuple(FORMATS) == SOURCE_NAMES, "every layout the loader reads converts, and nothing else"
 
-from ..errors import ConversionError
-from ..models.architecture import Arch
-from .checkpoint import Checkpoint
-from .keymap import KeyMap, block_indices
-
-Forward = Callable[[torch.Tensor], torch.Tensor]
-#: what shapes cannot tell about an architecture: a config records them, the format fixes them, or they are assumed
-ARCH_FACTS = ("num_heads", "act_layer", "norm_eps")
-
-
-class Reference:
-    """The source model as its own library runs it: logits (None without a classifier) and the
-    pre-logit features (what the classifier reads)."""
-
-    def __init__(self, features: Forward, logits: Forward | None, description: str) -> None:
-        self.features, self.logits, self.description = features, logits, description
-
-
-def classifier_input(model: nn.Module, classifiers: list[nn.Module], forward: Forward) -> Forward:
-    """Pre-logit features of ``model``: the mean of what its ``classifiers`` receive during ``forward(x)``."""
-
-    def features(x: torch.Tensor) -> torch.Tensor:
-        seen: list[torch.Tensor] = []
-        handles = [c.register_forward_pre_hook(lambda _m, args: seen.append(args[0])) for c in classifiers]
-        try:
-            forward(x)
-        finally:
-            for handle in handles:
-                handle.remove()
-        return sum(seen) / len(seen)
-
-    return features
-
-
-def timm_reference(model: nn.Module, description: str) -> Reference:
-    """A timm model's reference: its own ``forward_head(pre_logits=True)`` and logits."""
-
-    def features(x: torch.Tensor) -> torch.Tensor:
-        return model.forward_head(model.forward_features(x), pre_logits=True)
-
-    return Reference(features, model if getattr(model, "num_classes", 0) else None, description)
-
-
-@dataclass
-class Resample:
-    """How a format's own library resamples a position table (we match it so verification holds)."""
-
-    interpolation: str = "bicubic"
-    antialias: bool = True
-    align_corners: bool | None = None
-
-    def kwargs(self) -> dict[str, Any]:
-        return dict(interpolation=self.interpolation, antialias=self.antialias, align_corners=self.align_corners)
-
-
-@dataclass
-class ReferenceSpec:
-    """What a reference (source-library) model must be built for."""
-
-    arch: Arch
-    img_size: tuple[int, int]  # the converted model's input size (the source's, unless resampled)
-    round_to: torch.dtype | None = None  # weights rounded to the output dtype, then computed in fp32
-
-
-class SourceFormat:
-    """A checkpoint layout: detection, key map to our names, side-config hints, reference model, export."""
-
-    name = "?"
-    library = "?"  # the library that defines the layout, for messages
-    reference_name = "?"  # what --verify compares against
-    block_pattern = r"^$"  # one group capturing the block number
-    example_keys: tuple[str, ...] = ()
-    resample = Resample()
-    export_suffixes: tuple[str, ...] = ()
-
-    def detect(self, keys: set[str]) -> bool:
-        raise NotImplementedError
-
-    def depth(self, keys: set[str]) -> int:
-        indices = block_indices(keys, self.block_pattern)
-        missing = sorted(set(range(max(indices) + 1)) - set(indices)) if indices else []
-        if missing:
-            raise ConversionError(f"missing keys: block(s) {missing} absent while block {max(indices)} is present")
-        return len(indices)
-
-    def key_map(self, keys: set[str], depth: int) -> KeyMap:
-        raise NotImplementedError
-
-    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
-        """Keys that are identity for our model and may be dropped; raise for features we cannot hold."""
-        return set()
-
-    def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
-        """Architecture facts shapes cannot give (heads, norm eps, image size), from side configs."""
-        return {}
-
-    def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
-        """Which :data:`ARCH_FACTS` the checkpoint, its side config or the layout itself fixes; the rest are
-        assumed (and ``--verify`` cannot confirm them: its reference is built under the same assumption)."""
-        return {fact for fact in ARCH_FACTS if fact in hints}
-
-    def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-        """timm constructor options (``reg_tokens``, ``init_values``, ...) read from our-layout shapes."""
-        return {}
-
-    def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
-        """pretrained_cfg entries (mean, std, ...) the weights were trained with, when known."""
-        return {}
-
-    def label_names(self, checkpoint: Checkpoint) -> list[str] | None:
-        """The classifier's label names, when the source records them."""
-        return None
-
-    def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
-        """The source model built by its own library, loaded with the checkpoint, in eval mode."""
-        raise NotImplementedError
-
-    # --- export -------------------------------------------------------------------------------------
-    def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
-        raise ConversionError(f"export to {self.name} is not supported")
-
-
-def round_parameters(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:
-    """Round every floating parameter/buffer to ``dtype`` and back, as a conversion to ``dtype`` does."""
-    if dtype is not None and dtype != torch.float32:
-        with torch.no_grad():
-            for tensor in list(module.parameters()) + list(module.buffers()):
-                if tensor.is_floating_point():
-                    tensor.copy_(tensor.to(dtype).float())
-    return module
-
-
-def without_init(cls: Callable[..., nn.Module], **kwargs: Any) -> nn.Module:
-    """Build ``cls(**kwargs)`` with uninitialised CPU storage: every tensor is loaded right after, so
-    running the library's (slow) random init would be wasted work."""
-    with torch.device("meta"):
-        model = cls(**kwargs)
-    return model.to_empty(device="cpu")
-
-
-_REGISTRY: dict[str, SourceFormat] = {}
-
-
-def register(fmt: SourceFormat) -> SourceFormat:
-    _REGISTRY[fmt.name] = fmt
-    return fmt
-
-
-def formats() -> dict[str, SourceFormat]:
-    from . import jax_format, timm_format, torchvision_format, transformers_format  # noqa: F401  (registers)
-
-    return dict(_REGISTRY)
-
-
-#: the formats ``convert`` reads (``--from``)
-SOURCE_NAMES = ("timm", "torchvision", "transformers", "jax")
-
-
-def _sample(keys: set[str], limit: int = 6) -> str:
-    ordered = sorted(keys)
-    return ", ".join(repr(k) for k in ordered[:limit]) + (", ..." if len(ordered) > limit else "")
+__all__ = ["FORMATS", "SOURCE_NAMES", "detect_format"]
 
 
 def detect_format(checkpoint: Checkpoint, requested: str = "auto") -> tuple[SourceFormat, bool]:
     """The checkpoint's format and whether it was detected (True) or given (False)."""
-    registry = formats()
-    if requested != "auto" and requested not in registry:
-        raise ConversionError(f"unknown source format {requested!r}; expected auto or one of {', '.join(SOURCE_NAMES)}")
-    keys = set(checkpoint.keys())
-    found: list[SourceFormat] = [fmt for fmt in registry.values() if fmt.detect(keys)]
-    if requested == "auto":
-        if len(found) == 1:
-            return found[0], True
-        expected = "; ".join(f"{f.name}: {', '.join(f.example_keys)}" for f in registry.values())
-        raise ConversionError(
-            f"cannot tell the checkpoint format from its keys ({_sample(keys)}); expected the "
-            f"keys of one of — {expected}. Pass --from to say which",
-            checkpoint.path,
-        )
-    fmt = registry[requested]
-    if fmt not in found:
-        seen = f" (its keys look like {found[0].name})" if found else ""
-        raise ConversionError(
-            f"--from {requested}: the keys are not {fmt.library}'s ViT layout{seen}; expected keys "
-            f"such as {', '.join(fmt.example_keys)}, found {_sample(keys)}",
-            checkpoint.path,
-        )
-    return fmt, False
+    name, detected = detect_layout(checkpoint, requested)
+    return FORMATS[name], detected

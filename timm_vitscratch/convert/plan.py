@@ -15,16 +15,16 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
-from ..errors import ConversionError, ModelArgsError
+from ..errors import ConversionError, ModelArgsError, listed
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.keymap import KeyMap, Rule, available
 from ..models.architecture import Arch
 from ..models.build import build_on_meta
 from ..models.layers import to_2tuple
 from ..models.model_args import check_option
 from ..tensor_writer import TensorSpec
-from .checkpoint import Checkpoint
-from .formats import SourceFormat
-from .keymap import KeyMap, Rule, available
 from .shape_inference import choose_variant, infer_arch, model_args, settle_heads
+from .source_format import SourceFormat
 
 #: the dtypes weights can be written in (``--dtype``)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -74,11 +74,6 @@ def _pair(size: Any) -> tuple[int, int] | None:
         return to_2tuple(check_option("img_size", size, "img_size"), "img_size")
     except ModelArgsError as err:
         raise ConversionError(str(err)) from None
-
-
-def _list(keys: list[str], limit: int = 5) -> str:
-    shown = ", ".join(repr(k) for k in keys[:limit])
-    return shown + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
 def meta_output(rule: Rule, checkpoint: Checkpoint, target: str) -> torch.Tensor:
@@ -191,26 +186,26 @@ def plan_conversion(
         out = meta_output(rule, checkpoint, target)
         if not out.dtype.is_floating_point:
             raise ConversionError(
-                f"{_list(list(rule.sources))} is {str(out.dtype).replace('torch.', '')}; weights must "
+                f"{listed(list(rule.sources))} is {str(out.dtype).replace('torch.', '')}; weights must "
                 f"be floating point (float32, float16, bfloat16 or float64)",
                 checkpoint.path,
             )
         if tuple(out.shape) != tuple(expected.shape):
             raise ConversionError(
-                f"{_list(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "
+                f"{listed(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "
                 f"{name} ({arch.describe()}) needs {tuple(expected.shape)} for {target!r}"
             )
         out_dtype = dtype if dtype is not None and out.dtype.is_floating_point else out.dtype
         targets.append(Target(TensorSpec(target, tuple(expected.shape), out_dtype), rule))
     if missing:
         raise ConversionError(
-            f"missing keys for a {name} in {fmt.name} layout: {_list(sorted(set(missing)))}", checkpoint.path
+            f"missing keys for a {name} in {fmt.name} layout: {listed(sorted(set(missing)))}", checkpoint.path
         )
     used = {s for t in targets for s in t.rule.sources} | ignored
     unexpected = sorted(keys - used)
     if unexpected:
         raise ConversionError(
-            f"unexpected keys (no place for them in {name}, {arch.describe()}): {_list(unexpected)}", checkpoint.path
+            f"unexpected keys (no place for them in {name}, {arch.describe()}): {listed(unexpected)}", checkpoint.path
         )
     return ConversionPlan(
         fmt,

@@ -16,34 +16,22 @@ from typing import Any
 import torch
 
 from ..errors import ConversionError, ModelArgsError
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.keymap import KeyMap, Rule
+from ..layouts.timm import TimmLayout
 from ..models.architecture import Arch
 from ..models.model_args import check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
-from .checkpoint import Checkpoint
-from .formats import (
+from .shape_inference import _constructor_defaults
+from .source_format import (
     Reference,
     ReferenceSpec,
-    Resample,
     SourceFormat,
-    register,
     round_parameters,
     timm_reference,
     without_init,
 )
-from .keymap import KeyMap, Rule
-from .shape_inference import _constructor_defaults
 
-#: key patterns of timm ViT features -> (the constructor option that holds them, what the feature is)
-OPTIONAL_FEATURES = (
-    (r"^reg_token$", "reg_tokens", "register tokens (reg_token)"),
-    (r"^norm_pre\.", "pre_norm", "a norm before the transformer blocks (norm_pre, as in CLIP ViTs)"),
-    (r"^fc_norm\.", "fc_norm", "a norm after pooling (fc_norm)"),
-    (r"\.attn\.(q_norm|k_norm)\.", "qk_norm", "qk-norm (attn.q_norm / attn.k_norm)"),
-    (r"^attn_pool\.", "global_pool", "an attention-pooling (MAP) head"),
-    (r"\.(ls[12]\.gamma|gamma_[12])$", "init_values", "layer scale (ls1.gamma / ls2.gamma)"),
-    (r"\.(attn\.norm|mlp\.norm)\.", None, "scale norms inside attention/MLP (attn.norm / mlp.norm)"),
-    (r"^patch_embed\.norm\.", None, "a norm in the patch embedding"),
-)
 #: activation names (timm's) a converted model may record as act_layer; GELU, the default, is recorded as nothing
 ACT_NAMES = ("quick_gelu", "gelu_tanh", "silu", "relu")
 LAYER_SCALE = re.compile(r"^blocks\.\d+\.(ls[12]\.gamma|gamma_[12])$")
@@ -116,58 +104,28 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> dict[str, 
     try:
         with torch.device("meta"):
             model = timm.create_model(architecture, **{k: v for k, v in kwargs.items() if k != "pretrained"})
+    except Exception as err:  # whatever timm's constructors raise for args they cannot take
+        raise ConversionError(
+            f"{where}: timm cannot build {architecture!r} with {kwargs} ({type(err).__name__}: {err}), so the heads, "
+            f"activation and norm eps it stands for are unknown; correct the args or remove the file"
+        ) from None
+    try:
         block = model.blocks[0]
         heads, act, eps = int(block.attn.num_heads), block.mlp.act, float(block.norm1.eps)
         depth, width = len(model.blocks), int(model.embed_dim)
-    except (
-        TypeError,
-        ValueError,
-        AssertionError,
-        KeyError,
-    ):  # options timm's class does not take: only what the kwargs said
-        return facts
+    except (AttributeError, IndexError, TypeError):
+        raise ConversionError(
+            f"{where} names {architecture!r}, which is not a Vision Transformer with blocks of attention and MLP"
+        ) from None
     facts.update(num_heads=heads, norm_eps=eps, depth=depth, embed_dim=width)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
         facts["act_layer"] = _act_name(act)
     return facts
 
 
-class TimmFormat(SourceFormat):
-    name = "timm"
-    library = "timm"
+class TimmFormat(TimmLayout, SourceFormat):
     reference_name = "timm's VisionTransformer"
-    block_pattern = r"^blocks\.(\d+)\."
-    example_keys = ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "pos_embed")
-    resample = Resample("bicubic", antialias=True)  # timm's checkpoint_filter_fn
     export_suffixes = (".safetensors", ".pth", ".pt", ".bin")
-
-    def detect(self, keys: set[str]) -> bool:
-        return "patch_embed.proj.weight" in keys and any(k.startswith("blocks.") for k in keys)
-
-    def key_map(self, keys: set[str], depth: int) -> KeyMap:
-        return {key: Rule.rename(key) for key in keys}
-
-    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
-        keys = checkpoint.keys()
-        accepted = _constructor_defaults()
-        for pattern, option, feature in OPTIONAL_FEATURES:
-            hits = [k for k in keys if re.search(pattern, k)]
-            if hits and option != "init_values" and option not in accepted:
-                raise ConversionError(
-                    f"this timm model has {feature} ({hits[0]!r}), which the scratch ViT does not have", checkpoint.path
-                )
-        ignorable = set()
-        if "init_values" in accepted:
-            return ignorable
-        for key in (k for k in keys if LAYER_SCALE.match(k)):
-            gamma = checkpoint.tensor(key)
-            if not torch.all(gamma == 1):
-                raise ConversionError(
-                    f"this timm model uses layer scale ({key!r} is not all ones), which the scratch ViT does not have",
-                    checkpoint.path,
-                )
-            ignorable.add(key)  # a gamma of exactly 1 is the identity
-        return ignorable
 
     def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         accepted = _constructor_defaults()
@@ -318,6 +276,3 @@ def representation_head(
         return torch.nn.functional.linear(features(x), params[2], params[3])
 
     return Reference(features, logits if len(params) == 4 else None, description)
-
-
-FORMAT = register(TimmFormat())

@@ -12,54 +12,23 @@ from typing import Any
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from ..errors import ConversionError
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.keymap import KeyMap, invert_renames
+from ..layouts.torchvision import TorchvisionLayout
 from ..models.architecture import Arch
-from .checkpoint import Checkpoint
-from .formats import (
+from .source_format import (
     Reference,
     ReferenceSpec,
-    Resample,
     SourceFormat,
     classifier_input,
-    register,
     round_parameters,
     without_init,
 )
-from .keymap import KeyMap, Rule, invert_renames, weight_and_bias
-
-LAYER = "encoder.layers.encoder_layer_{}."
 
 
-class TorchvisionFormat(SourceFormat):
-    name = "torchvision"
-    library = "torchvision"
+class TorchvisionFormat(TorchvisionLayout, SourceFormat):
     reference_name = "torchvision's VisionTransformer"
-    block_pattern = r"^encoder\.layers\.encoder_layer_(\d+)\."
-    example_keys = ("conv_proj.weight", "class_token", "encoder.pos_embedding")
-    # torchvision's interpolate_embeddings: bicubic, align_corners=True, no antialias
-    resample = Resample("bicubic", antialias=False, align_corners=True)
     export_suffixes = (".pth", ".pt", ".safetensors")
-
-    def detect(self, keys: set[str]) -> bool:
-        return "conv_proj.weight" in keys and "encoder.pos_embedding" in keys
-
-    def key_map(self, keys: set[str], depth: int) -> KeyMap:
-        rules: KeyMap = {"cls_token": Rule.rename("class_token"), "pos_embed": Rule.rename("encoder.pos_embedding")}
-        weight_and_bias(rules, "patch_embed.proj", "conv_proj")
-        for i in range(depth):
-            src, dst = LAYER.format(i), f"blocks.{i}."
-            legacy = f"{src}mlp.linear_1.weight" in keys and f"{src}mlp.0.weight" not in keys
-            fc1, fc2 = ("mlp.linear_1", "mlp.linear_2") if legacy else ("mlp.0", "mlp.3")
-            weight_and_bias(rules, dst + "norm1", src + "ln_1")
-            rules[dst + "attn.qkv.weight"] = Rule.rename(src + "self_attention.in_proj_weight")
-            rules[dst + "attn.qkv.bias"] = Rule.rename(src + "self_attention.in_proj_bias")
-            weight_and_bias(rules, dst + "attn.proj", src + "self_attention.out_proj")
-            weight_and_bias(rules, dst + "norm2", src + "ln_2")
-            weight_and_bias(rules, dst + "mlp.fc1", src + fc1)
-            weight_and_bias(rules, dst + "mlp.fc2", src + fc2)
-        weight_and_bias(rules, "norm", "encoder.ln")
-        weight_and_bias(rules, "pre_logits.fc", "heads.pre_logits")
-        weight_and_bias(rules, "head", "heads.head")
-        return rules
 
     def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         # torchvision's ViT has one activation (GELU, in MLPBlock), and every vit_* builder its default eps 1e-6;
@@ -108,6 +77,3 @@ class TorchvisionFormat(SourceFormat):
             raise ConversionError("torchvision's VisionTransformer takes square images only")
         inverse = invert_renames(self.key_map(set(), arch.depth))
         return {target: rule for target, rule in inverse.items() if rule.sources[0] in keys}
-
-
-FORMAT = register(TorchvisionFormat())

@@ -21,96 +21,17 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import ConversionError, ModelArgsError
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.transformers import TransformersLayout, model_prefix
 from ..models.model_args import check_option
-from .checkpoint import Checkpoint
-from .formats import Reference, ReferenceSpec, Resample, SourceFormat, classifier_input, register, round_parameters
-from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
+from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
 
-PREFIXES = ("vit.", "deit.", "")
 #: transformers' own ViTConfig default; a bare state dict without config.json was made with it
 TRANSFORMERS_NORM_EPS = 1e-12
-LEGACY_BLOCK = dict(
-    q="attention.attention.query",
-    k="attention.attention.key",
-    v="attention.attention.value",
-    o="attention.output.dense",
-    fc1="intermediate.dense",
-    fc2="output.dense",
-)
-CURRENT_BLOCK = dict(
-    q="attention.q_proj", k="attention.k_proj", v="attention.v_proj", o="attention.o_proj", fc1="mlp.fc1", fc2="mlp.fc2"
-)
 
 
-def model_prefix(keys: set[str]) -> str:
-    for prefix in PREFIXES:
-        if f"{prefix}embeddings.patch_embeddings.projection.weight" in keys:
-            return prefix
-    return ""
-
-
-def is_legacy(keys: set[str], prefix: str) -> bool:
-    return any(k.startswith(f"{prefix}encoder.layer.") for k in keys)
-
-
-class TransformersFormat(SourceFormat):
-    name = "transformers"
-    library = "Hugging Face transformers"
+class TransformersFormat(TransformersLayout, SourceFormat):
     reference_name = "transformers' model"
-    block_pattern = r"^(?:vit\.|deit\.)?(?:encoder\.layer|layers)\.(\d+)\."
-    example_keys = (
-        "vit.embeddings.patch_embeddings.projection.weight",
-        "vit.encoder.layer.0.attention.attention.query.weight (or vit.layers.0.attention.q_proj.weight)",
-    )
-    resample = Resample("bicubic", antialias=False)  # ViTEmbeddings.interpolate_pos_encoding
-
-    def detect(self, keys: set[str]) -> bool:
-        return any(f"{p}embeddings.patch_embeddings.projection.weight" in keys for p in PREFIXES)
-
-    def key_map(self, keys: set[str], depth: int) -> KeyMap:
-        prefix = model_prefix(keys)
-        names = LEGACY_BLOCK if is_legacy(keys, prefix) else CURRENT_BLOCK
-        layer = f"{prefix}encoder.layer.{{}}." if names is LEGACY_BLOCK else f"{prefix}layers.{{}}."
-        emb = f"{prefix}embeddings."
-        rules: KeyMap = {
-            "cls_token": Rule.rename(emb + "cls_token"),
-            "dist_token": Rule.rename(emb + "distillation_token"),
-            "pos_embed": Rule.rename(emb + "position_embeddings"),
-        }
-        weight_and_bias(rules, "patch_embed.proj", emb + "patch_embeddings.projection")
-        for i in range(depth):
-            src, dst = layer.format(i), f"blocks.{i}."
-            weight_and_bias(rules, dst + "norm1", src + "layernorm_before")
-            for part in ("weight", "bias"):
-                qkv = tuple(f"{src}{names[n]}.{part}" for n in "qkv")
-                rules[f"{dst}attn.qkv.{part}"] = Rule(qkv, concat_rows)
-            weight_and_bias(rules, dst + "attn.proj", src + names["o"])
-            weight_and_bias(rules, dst + "norm2", src + "layernorm_after")
-            weight_and_bias(rules, dst + "mlp.fc1", src + names["fc1"])
-            weight_and_bias(rules, dst + "mlp.fc2", src + names["fc2"])
-        weight_and_bias(rules, "norm", prefix + "layernorm")
-        weight_and_bias(rules, "pre_logits.fc", prefix + "pooler.dense")
-        head = "cls_classifier" if "cls_classifier.weight" in keys else "classifier"
-        weight_and_bias(rules, "head", head)
-        weight_and_bias(rules, "head_dist", "distillation_classifier")
-        return rules
-
-    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
-        keys = set(checkpoint.keys())
-        prefix = model_prefix(keys)
-        distilled = f"{prefix}embeddings.distillation_token" in keys
-        if distilled and "classifier.weight" in keys:
-            raise ConversionError(
-                "this is a DeiTForImageClassification (distillation token, one classifier on the "
-                "class token only); only DeiTForImageClassificationWithTeacher converts",
-                checkpoint.path,
-            )
-        if distilled and f"{prefix}pooler.dense.weight" in keys:
-            raise ConversionError(
-                "a DeiT model with a pooler has no scratch equivalent (distilled models have no representation layer)",
-                checkpoint.path,
-            )
-        return set()
 
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
@@ -232,6 +153,3 @@ def _quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(level)
         if bars:
             logging.enable_progress_bar()
-
-
-FORMAT = register(TransformersFormat())

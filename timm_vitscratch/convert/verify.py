@@ -17,10 +17,10 @@ import timm
 import torch
 
 from ..errors import ConversionError
-from .checkpoint import Checkpoint
-from .formats import ReferenceSpec
+from ..layouts.checkpoint import Checkpoint
 from .plan import ConversionPlan
 from .shape_inference import assumed_text, how_to_state
+from .source_format import ReferenceSpec
 
 DEFAULT_TOLERANCE = 1e-4
 BATCH_SEED = 0

@@ -1,6 +1,6 @@
 """Model directories (timm's Hub layout) and push / pull through the Hugging Face Hub."""
 
+from ..model_dir import check_model_directory
 from .client import describe_hub_error, is_hub_failure, pull, push, register_tag_from_hub
-from .model_dir import check_model_directory
 
 __all__ = ["check_model_directory", "describe_hub_error", "is_hub_failure", "pull", "push", "register_tag_from_hub"]

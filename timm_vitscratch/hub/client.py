@@ -50,10 +50,7 @@ from torch import nn
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..install import held, install_directory, staged_directory, starting_point
-from ..models.build import build_on_meta
-from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
-from .model_card import model_card
-from .model_dir import (
+from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
     WEIGHTS_NAME,
@@ -65,6 +62,9 @@ from .model_dir import (
     with_label_names,
     write_config,
 )
+from ..models.build import build_on_meta
+from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+from .model_card import model_card
 
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)

@@ -13,9 +13,9 @@ from typing import Any
 from torch import nn
 
 from ..inspect.counts import leaf_module_param_count, true_param_count
+from ..model_dir import METADATA_KEY
 from ..models.architecture import describe_model
 from ..private_api import generate_readme
-from .model_dir import METADATA_KEY
 
 TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
 #: the Hub's license identifier for "not stated" (timm's card writer would otherwise claim apache-2.0)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..files import PathLike, atomic_write
+from ..model_dir import model_config
 from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES
-from .model_dir import model_config
 
 
 def variant_config(name: str) -> dict[str, Any]:

@@ -229,11 +229,11 @@ def _memory_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _norm_name(mean: tuple[float, ...], std: tuple[float, ...]) -> str:
-    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, IMAGENET_INCEPTION_MEAN, IMAGENET_INCEPTION_STD
 
     if tuple(mean) == IMAGENET_DEFAULT_MEAN and tuple(std) == IMAGENET_DEFAULT_STD:
         return "imagenet"
-    if tuple(mean) == IMAGENET_INCEPTION_MEAN and tuple(std) == IMAGENET_INCEPTION_MEAN:
+    if tuple(mean) == IMAGENET_INCEPTION_MEAN and tuple(std) == IMAGENET_INCEPTION_STD:
         return "0.5/0.5"
     return f"{tuple(mean)}/{tuple(std)}"
 

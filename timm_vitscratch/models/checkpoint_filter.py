@@ -5,7 +5,7 @@
 ``hf-hub:``); :func:`remap_on_load` is a ``load_state_dict`` pre-hook for the routes that call
 ``model.load_state_dict`` directly (timm's ``load_checkpoint``, train.py's ``--initial-checkpoint``);
 :func:`load_pretrained` reads a JAX ``.npz``. All three recognise every format ``vitscratch convert``
-reads and remap it with the converter's own key maps (``timm_vitscratch.convert``).
+reads and remap it with the key maps of :mod:`timm_vitscratch.layouts`, the ones ``convert`` uses.
 
 After a load every tensor of the body comes from the checkpoint. Only a classifier (and a
 representation layer) the checkpoint does not have, or has at another size, is freshly initialised,
@@ -17,40 +17,30 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
+from ..errors import ConversionError, listed
+from ..layouts import LAYOUTS, Layout, StateDictCheckpoint, detect_layout, open_checkpoint
+from ..layouts.keymap import available
 from .layers import normal_init_
-
-if TYPE_CHECKING:
-    from ..convert.formats import SourceFormat
 
 _logger = logging.getLogger(__name__)
 #: the parts a load may initialise afresh: the classifier(s) and the representation layer
 HEAD_PREFIXES = ("head.", "head_dist.", "pre_logits.")
 
 
-def _shown(keys: list[str], limit: int = 6) -> str:
-    ordered = sorted(keys)
-    return ", ".join(repr(k) for k in ordered[:limit]) + (
-        f", ... ({len(ordered)} in all)" if len(ordered) > limit else ""
-    )
-
-
-def _detect(checkpoint: Any, own: set[str]) -> SourceFormat:
-    from ..convert.formats import detect_format, formats
-    from ..errors import ConversionError
-
+def _detect(checkpoint: StateDictCheckpoint, own: set[str]) -> Layout:
     keys = set(checkpoint.keys())
     if keys <= own:
-        return formats()["timm"]
+        return LAYOUTS["timm"]
     try:
-        return detect_format(checkpoint)[0]
+        return LAYOUTS[detect_layout(checkpoint)[0]]
     except ConversionError:
         raise ConversionError(
-            f"cannot load this checkpoint: keys not recognised: {_shown(list(keys - own))}. Expected a scratch/timm "
+            f"cannot load this checkpoint: keys not recognised: {listed(sorted(keys - own), 6)}. Expected a scratch/timm "
             f"ViT state dict or the layout of torchvision, Hugging Face transformers or Google's JAX ViT"
         ) from None
 
@@ -64,7 +54,7 @@ def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
     return tensor
 
 
-def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: SourceFormat) -> torch.Tensor:
+def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: Layout) -> torch.Tensor:
     from timm.layers import resample_abs_pos_embed
 
     prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
@@ -82,10 +72,6 @@ def _resample_patch_kernel(weight: torch.Tensor, size: torch.Size) -> torch.Tens
 
 def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
     """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present."""
-    from ..convert.checkpoint import StateDictCheckpoint
-    from ..convert.keymap import available
-    from ..errors import ConversionError
-
     own = {k: v for k, v in model.state_dict().items()}
     checkpoint = StateDictCheckpoint(state_dict)
     keys = set(checkpoint.keys())
@@ -110,13 +96,13 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[st
     unmatched = sorted(keys - used - head_sources)
     if unmatched:
         raise ConversionError(
-            f"cannot load this {fmt.name} checkpoint: keys with no place in the model: {_shown(unmatched)}"
+            f"cannot load this {fmt.name} checkpoint: keys with no place in the model: {listed(sorted(unmatched), 6)}"
         )
     body = [k for k in own if not k.startswith(HEAD_PREFIXES)]
     missing = [k for k in body if k not in out]
     if missing:
         raise ConversionError(
-            f"cannot load this {fmt.name} checkpoint: it lacks {_shown(missing)}; a load never "
+            f"cannot load this {fmt.name} checkpoint: it lacks {listed(sorted(missing), 6)}; a load never "
             f"leaves body weights random"
         )
     stem = "patch_embed.proj.weight"
@@ -131,7 +117,7 @@ def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[st
     ]
     if wrong:
         raise ConversionError(
-            f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: {'; '.join(wrong[:5])}"
+            f"cannot load this {fmt.name} checkpoint: shapes differ from the model's: {listed(wrong, 5, '; ', quote=False)}"
         )
     check_floating(out, f"{fmt.name} checkpoint")
     fresh = [k for k in own if k.startswith(HEAD_PREFIXES) and (k not in out or out[k].shape != own[k].shape)]
@@ -158,8 +144,6 @@ def _check_representation(
     """A kept classifier must read what it was trained on: the checkpoint's representation layer (Linear +
     Tanh, "has_logits") exactly when the model has one. Otherwise the logits would be silently wrong, so
     the mismatch is refused unless the classifier itself is new (another ``num_classes``)."""
-    from ..errors import ConversionError
-
     kept_head = "head.weight" in own and "head.weight" in out and "head.weight" not in fresh
     model_has = "pre_logits.fc.weight" in own
     checkpoint_has = any("pre_logits" in k for k in head_keys)
@@ -181,8 +165,6 @@ def _check_representation(
 
 def check_floating(state_dict: Mapping[str, Any], label: str = "checkpoint") -> None:
     """Weights must be floating point: an int8 or bool tensor would be cast to the model's dtype silently."""
-    from ..errors import ConversionError
-
     odd = [
         f"{k} ({str(v.dtype).replace('torch.', '')})"
         for k, v in state_dict.items()
@@ -190,7 +172,7 @@ def check_floating(state_dict: Mapping[str, Any], label: str = "checkpoint") -> 
     ]
     if odd:
         raise ConversionError(
-            f"cannot load this {label}: {', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''} "
+            f"cannot load this {label}: {listed(odd, 3, quote=False)} "
             f"{'is' if len(odd) == 1 else 'are'} not floating point; weights are float32, float16, "
             f"bfloat16 or float64 (cast to the model's dtype on load)"
         )
@@ -221,8 +203,6 @@ def remap_on_load(
     check_floating({k: v for k, v in mine.items() if k in own})
     if set(mine) <= own or not mine:
         return
-    from ..convert.checkpoint import StateDictCheckpoint
-
     if _detect(StateDictCheckpoint(mine), own).name == "timm":
         return  # our own names (with extras or gaps): torch reports them as ``strict`` asks
     remapped = remap_state_dict(mine, module)
@@ -233,8 +213,6 @@ def remap_on_load(
 
 def load_pretrained(model: nn.Module, checkpoint_path: os.PathLike[str] | str, prefix: str = "") -> None:
     """timm's ``model.load_pretrained`` hook: load a JAX ``.npz`` (or any file ``convert`` reads)."""
-    from ..convert.checkpoint import open_checkpoint
-
     with open_checkpoint(checkpoint_path) as checkpoint:
         state_dict = {k: checkpoint.tensor(k).clone() for k in checkpoint.keys()}
     model.load_state_dict(remap_state_dict(state_dict, model), strict=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ModelArgsError
+from ..layouts.checkpoint import safetensors_header
 
 #: bounds for sizes a file may ask for; the largest published ViTs (ViT-H, ViT-G, ViT-22B) fit inside
 MAX_DEPTH = 64
@@ -321,14 +322,11 @@ def check_saved_config(
 
 def safetensors_shapes(path: str) -> dict[str, Shape] | None:
     """Names -> shapes from a safetensors file's header (None when there is no such file: the loader says why)."""
-    from safetensors import safe_open
-
     if not os.path.isfile(path):
         return None
     try:
-        with safe_open(path, framework="pt") as handle:
-            return {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}
-    except Exception as err:  # safetensors' own error types for a damaged header
+        return {name: shape for name, (shape, _) in safetensors_header(path).items()}
+    except ValueError as err:
         raise ModelArgsError(f"{path} is not a readable safetensors file: {err}") from None
 
 

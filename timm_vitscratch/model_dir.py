@@ -26,14 +26,15 @@ from safetensors import safe_open
 from timm.utils import unwrap_model
 from torch import nn
 
-from ..errors import ModelArgsError, ModelDirectoryError
-from ..files import PathLike, atomic_write, sha256_file
-from ..models.build import build_on_meta
-from ..models.model_args import check_label_names, check_saved_config
-from ..models.variants import ARCHITECTURES
-from ..private_api import save_config_for_hf
-from ..reading import read_json_object, read_text, regular_file
-from ..tensor_writer import TensorSpec, write_safetensors
+from .errors import ModelArgsError, ModelDirectoryError, listed
+from .files import PathLike, atomic_write, sha256_file
+from .layouts.checkpoint import safetensors_header
+from .models.build import build_on_meta
+from .models.model_args import check_label_names, check_saved_config
+from .models.variants import ARCHITECTURES
+from .private_api import save_config_for_hf
+from .reading import read_json_object, read_text, regular_file
+from .tensor_writer import FLOAT_NAMES, TensorSpec, write_safetensors
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -289,10 +290,7 @@ def _check_finite(weights: Path, label: str, strict: bool) -> None:
         bad = [key for key in handle.keys() if not _all_finite(handle.get_tensor(key))]
     if not bad:
         return
-    message = (
-        f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({', '.join(bad[:3])}"
-        f"{', ...' if len(bad) > 3 else ''}); such a model computes NaN"
-    )
+    message = f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({listed(bad, 3, quote=False)}); such a model computes NaN"
     if strict:
         raise ModelDirectoryError(message)
     warnings.warn(message, NonFiniteWeightsWarning, stacklevel=3)
@@ -317,7 +315,6 @@ def _meta_model(architecture: str, kwargs: dict[str, Any], label: str) -> nn.Mod
 
 
 #: the dtypes a model directory's weights may have (the model's dtype, or a cast timm's load does)
-FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 
 
 def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -331,18 +328,15 @@ def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...]
             f"`vitscratch convert {weights} OUT_DIR`"
         )
     try:
-        with safe_open(str(weights), framework="pt") as handle:
-            found = {
-                k: (tuple(handle.get_slice(k).get_shape()), handle.get_slice(k).get_dtype()) for k in handle.keys()
-            }
-    except Exception as err:  # safetensors raises its own error types for a damaged header
+        found = safetensors_header(weights)
+    except ValueError as err:
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
-    odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_DTYPES]
+    odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_NAMES]
     if odd:
         raise ModelDirectoryError(
             f"{label}: {WEIGHTS_NAME} holds tensors that are not floating point: "
-            f"{', '.join(odd[:3])}{', ...' if len(odd) > 3 else ''}; expected "
-            f"{', '.join(FLOAT_DTYPES)}"
+            f"{listed(odd, 3, quote=False)}; expected "
+            f"{', '.join(FLOAT_NAMES)}"
         )
     return found
 
@@ -357,5 +351,5 @@ def _check_tensors(found: dict[str, tuple[tuple[int, ...], str]], model: nn.Modu
         if k in found and found[k][0] != v
     ]
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems) - 5} more)" if len(problems) > 5 else "")
+        shown = listed(problems, 5, "; ", quote=False)
         raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} does not fit the architecture in {CONFIG_NAME}: {shown}")

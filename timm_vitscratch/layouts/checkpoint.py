@@ -35,8 +35,9 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from ..errors import ConversionError
+from ..errors import ConversionError, listed
 from ..reading import read_json_object, regular_file
+from ..tensor_writer import SAFETENSORS_DTYPES
 from .page_release import PageReleaser, release_mapped_range
 
 WRAPPER_KEYS = ("state_dict", "model")
@@ -49,18 +50,6 @@ NPZ_EXPANSION_FLOOR = 256 << 20
 #: weight files looked for, in order, when the source is a directory
 DIRECTORY_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth", "model.npz")
 
-SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
 NUMPY_DTYPES = {
     np.dtype(np.float64): torch.float64,
     np.dtype(np.float32): torch.float32,
@@ -153,6 +142,16 @@ class Checkpoint:
             raise ConversionError("holds no tensors", self.path)
 
 
+def safetensors_header(path: os.PathLike | str) -> dict[str, tuple[Shape, str]]:
+    """Names -> (shape, dtype name) from a safetensors file's header, validated by the safetensors library
+    (header, dtypes, byte ranges); no tensor is read. A damaged file raises ``ValueError`` with the reason."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {k: (tuple(handle.get_slice(k).get_shape()), handle.get_slice(k).get_dtype()) for k in handle.keys()}
+    except Exception as err:  # SafetensorError for a bad header, sizes or offsets; OSError, ...
+        raise ValueError(str(err)) from None
+
+
 def strip_prefixes(key: str, prefixes: tuple[str, ...]) -> str:
     """Remove wrapper prefixes, in any order and nesting (``_orig_mod.module.x`` -> ``x``)."""
     stripped = True
@@ -169,13 +168,9 @@ class SafetensorsCheckpoint(Checkpoint):
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
-        entries = {}
-        try:  # the library validates header, dtypes and byte ranges
-            with safe_open(str(path), framework="pt") as handle:
-                for key in handle.keys():
-                    piece = handle.get_slice(key)
-                    entries[key] = (tuple(piece.get_shape()), piece.get_dtype())
-        except Exception as err:  # SafetensorError for a bad header, sizes or offsets; OSError, ...
+        try:
+            entries = safetensors_header(path)
+        except ValueError as err:
             raise ConversionError(f"not a valid safetensors file (truncated or corrupt?): {err}", path) from None
         header_size = struct.unpack("<Q", _read_exactly(path, 0, 8))[0]
         header = json.loads(_read_exactly(path, 8, header_size))
@@ -396,7 +391,7 @@ def _unwrap(obj: Any, ema: bool, path: Path) -> tuple[dict[str, torch.Tensor], s
         if wrapper is None:
             raise ConversionError(
                 f"EMA weights requested but there is no {' or '.join(EMA_KEYS)} in it "
-                f"(top-level keys: {_key_list(obj)})",
+                f"(top-level keys: {listed(obj, 8)})",
                 path,
             )
     elif not any(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -408,15 +403,10 @@ def _unwrap(obj: Any, ema: bool, path: Path) -> tuple[dict[str, torch.Tensor], s
             raise ConversionError(
                 f"is not a state dict: entry {key!r}{where} is {_describe(value)}, not a tensor (expected a "
                 f"mapping of parameter names to tensors, or a training checkpoint holding one under "
-                f"{' / '.join(WRAPPER_KEYS + EMA_KEYS)}; top-level keys: {_key_list(obj)})",
+                f"{' / '.join(WRAPPER_KEYS + EMA_KEYS)}; top-level keys: {listed(obj, 8)})",
                 path,
             )
     return dict(state_dict), wrapper
-
-
-def _key_list(obj: Mapping, limit: int = 8) -> str:
-    keys = [repr(k) for k in list(obj)[:limit]]
-    return ", ".join(keys) + (", ..." if len(obj) > limit else "") if keys else "none"
 
 
 def _sniff(path: Path) -> str:

@@ -1,0 +1,22 @@
+"""What the loader knows of checkpoint layouts: reading checkpoint files, telling the layout from key
+names, and the key maps (renames and small tensor operations) onto the scratch ViT's names.
+
+A leaf of the package: plain data and small functions over ``torch`` tensors. Nothing here builds a
+model or imports torchvision or transformers, so ``models`` (the loader) and ``convert`` (which adds
+reference models, verification and export) both build on it.
+"""
+
+from .checkpoint import Checkpoint, StateDictCheckpoint, open_checkpoint
+from .detect import LAYOUTS, SOURCE_NAMES, detect_layout
+from .layout import Layout, Resample
+
+__all__ = [
+    "LAYOUTS",
+    "SOURCE_NAMES",
+    "Checkpoint",
+    "Layout",
+    "Resample",
+    "StateDictCheckpoint",
+    "detect_layout",
+    "open_checkpoint",
+]

@@ -1,0 +1,40 @@
+"""timm ViT / DeiT state dicts: our parameter names are timm's, so the key map is the identity."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import ConversionError
+from .checkpoint import Checkpoint
+from .keymap import KeyMap, Rule
+from .layout import Layout, Resample
+
+#: timm ViT features the scratch ViT has no option for: key pattern -> what the feature is
+UNSUPPORTED_FEATURES = (
+    (r"\.(attn\.norm|mlp\.norm)\.", "scale norms inside attention/MLP (attn.norm / mlp.norm)"),
+    (r"^patch_embed\.norm\.", "a norm in the patch embedding"),
+)
+
+
+class TimmLayout(Layout):
+    name = "timm"
+    library = "timm"
+    block_pattern = r"^blocks\.(\d+)\."
+    example_keys = ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "pos_embed")
+    resample = Resample("bicubic", antialias=True)  # timm's checkpoint_filter_fn
+
+    def detect(self, keys: set[str]) -> bool:
+        return "patch_embed.proj.weight" in keys and any(k.startswith("blocks.") for k in keys)
+
+    def key_map(self, keys: set[str], depth: int) -> KeyMap:
+        return {key: Rule.rename(key) for key in keys}
+
+    def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
+        for pattern, feature in UNSUPPORTED_FEATURES:
+            hits = [k for k in checkpoint.keys() if re.search(pattern, k)]
+            if hits:
+                raise ConversionError(
+                    f"this timm model has {feature} ({hits[0]!r}), which the scratch ViT does not have",
+                    checkpoint.path,
+                )
+        return set()

@@ -1,4 +1,5 @@
 # Two entry points: `make demo` (the main job: zoo table, one summary, the digits example with its Hub round trip) and `make test` (the suite; CI runs it via .ci/run).
+# `make check` runs the code checks (ruff lint and format, mypy; configured in pyproject.toml); `make test` runs them, then the suite.
 # `make test-fast` runs the suite without the tests marked slow (tests/conftest.py: SLOW), for the edit-test loop.
 # Each creates .venv on first use and installs the package with the pinned working set.
 PYTHON ?= python3
@@ -6,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-fast clean
+.PHONY: demo check test test-fast clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +21,12 @@ demo: $(STAMP)
 	@echo
 	$(BIN)/python -m examples.digits
 
-test: $(STAMP)
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: check
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)

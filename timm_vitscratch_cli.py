@@ -100,7 +100,7 @@ def _model_failure(error: BaseException, model: str) -> int:
 
 
 def _hub_failure(error: BaseException, repo_id: str, revision: str | None) -> int:
-    from timm_vitscratch.hub.client import describe_hub_error, is_hub_failure
+    from timm_vitscratch.hub.failures import describe_hub_error, is_hub_failure
 
     if not is_hub_failure(error):
         raise error

@@ -5,9 +5,8 @@ Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_bran
 helpers (``save_config_for_hf`` through :mod:`.model_dir`, ``load_model_config_from_hf``, the model-card
 layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
 ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client. Remote failures
-surface as ``huggingface_hub``'s own exceptions (``RepositoryNotFoundError``, ``RevisionNotFoundError``,
-``LocalEntryNotFoundError``, ``HfHubHTTPError``) or its HTTP library's transport errors; a model directory
-that is not what it claims raises :class:`ModelDirectoryError`.
+surface as ``huggingface_hub``'s own exceptions or its HTTP library's transport errors (told to people by
+:mod:`.failures`); a model directory that is not what it claims raises :class:`ModelDirectoryError`.
 """
 
 from __future__ import annotations
@@ -24,15 +23,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import timm
-from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, is_offline_mode, snapshot_download
-from huggingface_hub.errors import (
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it (httpx2 in 2.x)
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.constants import DEFAULT_REVISION
+from huggingface_hub.errors import OfflineModeIsEnabled
 from timm.models import load_model_config_from_hf, split_model_name_tag
 from torch import nn
 
@@ -61,10 +54,7 @@ from .model_dir import (
 LIBRARY = {"library_name": "timm_vitscratch", "library_version": __version__}
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
-DEFAULT_BRANCH = "main"
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
-#: transport errors of a connection that was open and then lost (rather than never made)
-_CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 def hub_api(token: str | None = None) -> HfApi:
@@ -109,7 +99,7 @@ def push(
         config, model, weights, card = _stage(source, staging, labels, strict)
         api = hub_api(token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        if revision not in (None, DEFAULT_BRANCH):
+        if revision not in (None, DEFAULT_REVISION):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         if card is None and (replace_card or not _has_card(api, repo_id, revision)):
             card = model_card(config, model, repo_id).encode("utf-8")
@@ -204,7 +194,7 @@ def _refuse_unless_regular(directory: Path, name: str, mode: int | None = None) 
 def _open_regular(directory: Path, name: str) -> IO[bytes]:
     """Open a file of the directory to read it, refusing what is not a regular file in it when it is opened."""
     try:  # O_NOFOLLOW: a link put there since the check is not followed; O_NONBLOCK: a FIFO does not hang
-        fd = os.open(directory / name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(directory / name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError as err:
         if err.errno == errno.ELOOP:
             _refuse_unless_regular(directory, name)
@@ -262,7 +252,7 @@ def pull(
     started = starting_point(out_dir) if out_dir.parent.is_dir() else None
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
-    label = f"{repo_id}@{revision or DEFAULT_BRANCH}"
+    label = f"{repo_id}@{revision or DEFAULT_REVISION}"
     snapshot = _download(repo_id, revision, token, label)
     if started is None:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -284,17 +274,17 @@ def _occupied(directory: Path) -> bool:
 def _download(repo_id: str, revision: str | None, token: str | None, label: str) -> Path:
     """The repo's files in the Hugging Face cache, each the bytes the Hub holds.
 
-    Weights whose sha256 is not the one ``config.json`` records are either damaged (on the way or in the
-    cache) or really what the repo holds: huggingface_hub's ``verify_repo_checksums`` (the Hub's LFS sha256,
-    or git hash) tells which. Damaged files are downloaded once more; damaged again, they are removed from
-    the cache and the pull fails. Otherwise (or offline, where the Hub cannot be asked)
-    :func:`check_model_directory` reports the mismatch.
+    Weights whose sha256 is not the one ``config.json`` records (or a ``config.json`` that does not say) are
+    damaged, on the way or in the cache, or really what the repo holds: huggingface_hub's
+    ``verify_repo_checksums`` (the Hub's LFS sha256, or git hash, of each file) tells which. Damaged files are
+    downloaded once more; damaged again, they are removed from the cache and the pull fails. Otherwise (or
+    offline, where the Hub cannot be asked) :func:`check_model_directory` says what is wrong.
     """
     snapshot = Path(
         snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES), **LIBRARY)
     )
     remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
-    if _holds_recorded_weights(snapshot):
+    if _weights_as_recorded(snapshot):
         return snapshot
     damaged = _damaged_files(repo_id, snapshot, token)
     for name in damaged:
@@ -310,15 +300,14 @@ def _download(repo_id: str, revision: str | None, token: str | None, label: str)
     return snapshot
 
 
-def _holds_recorded_weights(snapshot: Path) -> bool:
-    """Whether the weights have the sha256 ``config.json`` records; also True where there is nothing to compare
-    (check_model_directory says what is missing or unverifiable)."""
+def _weights_as_recorded(snapshot: Path) -> bool:
+    """Whether the weights have the sha256 that ``config.json`` records."""
     try:
-        expected = read_config(snapshot, contained=False).get(METADATA_KEY, {}).get("sha256")
-    except (OSError, ValueError, AttributeError):
-        return True
+        expected = read_config(snapshot, contained=False)[METADATA_KEY]["sha256"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return False
     weights = snapshot / WEIGHTS_NAME
-    return expected is None or not weights.is_file() or sha256_file(weights) == expected
+    return weights.is_file() and sha256_file(weights) == expected
 
 
 def _damaged_files(repo_id: str, snapshot: Path, token: str | None) -> dict[str, tuple[str, str, str]]:
@@ -360,55 +349,3 @@ def register_tag_from_hub(
     hf_hub_id = f"{repo_id}@{commit}"
     register_hub_weights(model_tag, hf_hub_id, default=default, **cfg)
     return hf_hub_id
-
-
-# --- errors for people -----------------------------------------------------------------------------
-def describe_hub_error(error: BaseException, repo_id: str, revision: str | None = None) -> str:
-    """One clear sentence for a failed push/pull: what went wrong, and what to check."""
-    where = hub_api().endpoint
-    at = f"{repo_id}@{revision or DEFAULT_BRANCH}"
-    if _asked_for_xet(error):
-        return (
-            f"the Hub at {where} has no Xet storage ({str(error).splitlines()[0]}): set HF_HUB_DISABLE_XET=1 "
-            "so that huggingface_hub uploads through classic LFS"
-        )
-    if isinstance(error, RevisionNotFoundError):
-        return f"revision {revision!r} not found in {repo_id} at {where} (a branch name or a full commit id)"
-    if isinstance(error, RepositoryNotFoundError):
-        return (
-            f"repository {repo_id!r} not found at {where} (check the id, HF_ENDPOINT, "
-            "and HF_TOKEN for a private repository)"
-        )
-    if isinstance(error, LocalEntryNotFoundError):
-        cause = error.__cause__ or error.__context__
-        not_cached = f"{at} is not in the local cache (HF_HUB_CACHE)"
-        if isinstance(cause, HfHubHTTPError):
-            return f"{describe_hub_error(cause, repo_id, revision)}; {not_cached}"
-        detail = f": {type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else f": {error}"
-        hint = "" if is_offline_mode() else "; with HF_HUB_OFFLINE=1 a pull uses only the cache and fails at once"
-        return f"cannot get {at} from {where}{detail}; {not_cached}{hint}"
-    if isinstance(error, HfHubHTTPError):
-        status = error.response.status_code if error.response is not None else "?"
-        message = error.server_message or str(error).splitlines()[0]
-        return f"the Hub at {where} answered HTTP {status} for {repo_id}: {message.strip()}"
-    if isinstance(error, _CONNECTION_LOST):
-        return (
-            f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
-            "huggingface_hub's retries, where it makes any, did not get through; try again later"
-        )
-    if isinstance(error, httpx.TransportError):
-        return f"cannot reach the Hub at {where}: {type(error).__name__}: {error}"
-    return str(error)
-
-
-def _asked_for_xet(error: BaseException) -> bool:
-    """A refused request for a Xet token: huggingface_hub tried to move the files through Xet storage.
-
-    hf_xet raises a plain ``ConnectionError`` for it, so only the token URL in its message tells.
-    """
-    return re.search(r"/xet-(write|read)-token/", str(error)) is not None
-
-
-def is_hub_failure(error: BaseException) -> bool:
-    """Errors push/pull report to a person (bad input, Hub answers, network) rather than as a crash."""
-    return isinstance(error, (ValueError, OSError, httpx.TransportError))

@@ -40,10 +40,10 @@ def version() -> str:
     spec = find_spec("timm_vitscratch")
     if spec is None or spec.origin is None:
         return "unknown (timm_vitscratch is not importable)"
-    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+    for node in ast.parse((Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
             return str(ast.literal_eval(node.value))
-    return "unknown (no __version__ in timm_vitscratch/__init__.py)"
+    return "unknown (no __version__ in timm_vitscratch/version.py)"
 
 
 class _VersionAction(argparse.Action):
@@ -100,7 +100,7 @@ def _model_failure(error: BaseException, model: str) -> int:
 
 
 def _hub_failure(error: BaseException, repo_id: str, revision: str | None) -> int:
-    from timm_vitscratch.hub.client import describe_hub_error, is_hub_failure
+    from timm_vitscratch.hub.failures import describe_hub_error, is_hub_failure
 
     if not is_hub_failure(error):
         raise error

@@ -7,8 +7,8 @@ from .models.checkpoint_filter import checkpoint_filter_fn
 from .models.layers import Attention, Block, DropPath, Mlp, PatchEmbed
 from .models.variants import ARCHITECTURES
 from .models.vision_transformer import VisionTransformer
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = [
     "ARCHITECTURES",
     "Attention",

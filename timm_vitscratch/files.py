@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from .install import current_umask, identity, install_file, staged_file
+from .install import identity, install_file, staged_file
 
 PathLike = str | os.PathLike
 
@@ -22,6 +22,7 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
     staging file is removed (a kill -9 leaves one ``.<name>.<pid>-<random>.tmp``, which the next write
     of ``path`` removes). If another process wrote ``path`` while this one wrote, the other's file is
     kept and :class:`~timm_vitscratch.install.ConcurrentWriteError` is raised (unless it holds the same bytes).
+    The file gets the permissions a plain ``open(path, "w")`` gives (0o666 less the umask).
     """
     path = Path(path)
     directory = path.parent
@@ -34,8 +35,6 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
-            # a new file is 0600; give the result the permissions a plain open() would have
-            os.fchmod(handle.fileno(), 0o666 & ~current_umask())
             os.fsync(handle.fileno())
         install_file(staged, path, started)
 

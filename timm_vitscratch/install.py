@@ -1,19 +1,23 @@
 """Putting a finished output in place: staging beside the target, one atomic step, recovery after a kill.
 
 Every writer stages its output under a name of its own beside the target, ``.NAME.<pid>-<random>.tmp``
-(a file, or a directory for a model directory), and holds an ``flock`` on it while it lives. The
-install is one step, taken under an ``flock`` on the target's parent directory: a file is renamed over
-the target; a directory is exchanged with the target (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere
-the target is renamed aside to ``.NAME.<pid>-<random>.old`` and the stage renamed in, two renames that
-:func:`recover` undoes after a kill between them). A kill at any instant leaves the old output or the
-new one, whole.
+(a file, or a directory for a model directory), and holds an OS lock on it while it lives. The install
+is one step, taken under an OS lock on the target's parent directory: a file is renamed over the target;
+a directory is exchanged with the target (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere the target is
+renamed aside to ``.NAME.<pid>-<random>.old`` and the stage renamed in, two renames that :func:`recover`
+undoes after a kill between them). A kill at any instant leaves the old output or the new one, whole.
 
 Before installing, a writer checks that the target is still what it was when the writer started (its
 :func:`identity`); if another process wrote it meanwhile, this writer's result is dropped: quietly when
 the other process installed the same bytes, else with :class:`ConcurrentWriteError`. :func:`recover`
 removes only this target's staging (matched exactly, never a sibling's such as ``a.b``'s for ``a``)
-and only what no living process holds. ``flock``s are released when a process dies, so a kill never
-leaves a stale lock. This module is the package's only user of ``fcntl``.
+and only what no living process holds.
+
+The locks are ``filelock``'s native locks on an open descriptor (``lock_descriptor``: ``flock`` on
+POSIX, ``LockFileEx`` on Windows), released by the OS when a process dies, so a kill never leaves a
+stale lock. Where there is no such lock (a file system without ``flock``, a Python without ``fcntl``, a
+directory the OS does not open as a descriptor), writers go on unserialised and :func:`held` answers
+"held", so that nothing is removed that might be alive.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import filecmp
 import os
 import re
@@ -33,6 +36,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
+
+from filelock import lock_descriptor, unlock_descriptor
 
 Identity = tuple[int, ...] | None
 T = TypeVar("T")
@@ -74,9 +79,46 @@ def _create(target: Path, make: Callable[[Path], T]) -> tuple[Path, T]:
             continue
 
 
-# --- locks -----------------------------------------------------------------------------------------
+# --- locks ---------------------------------------------------------------------------------------
+_NO_LOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)  # the system or file system has no lock to take
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to look at it must not hang
+
+
+def _lock(fd: int) -> None:
+    """Take the OS lock on ``fd`` (waiting for another holder), or none where there is none to take."""
+    try:
+        lock_descriptor(fd, poll_interval=0.01)
+    except OSError as err:
+        if err.errno not in _NO_LOCK:
+            raise
+
+
+def held(path: os.PathLike) -> bool:
+    """Whether a living process (this one included) holds the OS lock on ``path``.
+
+    What cannot be looked at (no permission, no lock to ask on this system) counts as held: such an entry
+    is left alone, never removed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        if not lock_descriptor(fd, blocking=False):
+            return True
+        unlock_descriptor(fd)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 class _HeldDirectory:
-    """This process's hold on one directory: a thread lock, and the flock while any thread holds it."""
+    """This process's hold on one directory: a thread lock, and the OS lock while any thread holds it."""
 
     def __init__(self) -> None:
         self.thread_lock = threading.RLock()
@@ -88,68 +130,49 @@ _HELD: dict[tuple[int, int], _HeldDirectory] = {}
 _HELD_GUARD = threading.Lock()
 
 
+def _open_directory(directory: os.PathLike) -> int | None:
+    """A descriptor to lock ``directory`` through, or None where the OS opens no directory as one (Windows)."""
+    try:
+        return os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except PermissionError:
+        if os.path.isdir(directory) and sys.platform == "win32":
+            return None
+        raise
+
+
 @contextlib.contextmanager
 def directory_lock(directory: os.PathLike) -> Iterator[None]:
-    """An exclusive lock on a directory, across processes (``flock``) and threads; re-entrant in a thread.
+    """An exclusive lock on a directory, across processes and threads; re-entrant in a thread.
 
     Re-entrant because a writer that holds its staging directory also writes files into it, and those
     writes lock their parent directory.
     """
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fd = _open_directory(directory)
     try:
-        info = os.fstat(fd)
+        info = os.fstat(fd) if fd is not None else os.stat(directory)
         with _HELD_GUARD:
             hold = _HELD.setdefault((info.st_dev, info.st_ino), _HeldDirectory())
         hold.thread_lock.acquire()
     except BaseException:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
         raise
     try:
-        if hold.depth == 0:
-            _flock(fd, fcntl.LOCK_EX)
-            hold.fd, fd = fd, -1
+        if hold.depth == 0 and fd is not None:
+            _lock(fd)
+            hold.fd, fd = fd, None
         hold.depth += 1
         try:
             yield
         finally:
             hold.depth -= 1
-            if hold.depth == 0:
-                os.close(hold.fd)  # closing the descriptor releases the flock
+            if hold.depth == 0 and hold.fd is not None:
+                os.close(hold.fd)  # closing the descriptor releases the lock
                 hold.fd = None
     finally:
-        if fd >= 0:
+        if fd is not None:
             os.close(fd)
         hold.thread_lock.release()
-
-
-def held(path: os.PathLike) -> bool:
-    """Whether a living process (this one included) holds an ``flock`` on ``path``.
-
-    What cannot be looked at (no permission, a file system without ``flock``) counts as held: such an
-    entry is left alone, never removed.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # also releases the lock if this took it
-    return False
-
-
-def _flock(fd: int, flags: int) -> None:
-    """``flock``, or nothing on a file system that has none (writers there are not serialised: see the docs)."""
-    try:
-        fcntl.flock(fd, flags)
-    except OSError as err:
-        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
 
 
 # --- state -----------------------------------------------------------------------------------------
@@ -165,13 +188,6 @@ def identity(path: os.PathLike) -> Identity:
     if stat.S_ISDIR(info.st_mode):
         return info.st_dev, info.st_ino
     return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
-
-
-def current_umask() -> int:
-    """The process umask (reading it means setting it: put it straight back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def fsync_directory(directory: os.PathLike) -> None:
@@ -223,6 +239,9 @@ def starting_point(target: os.PathLike) -> Identity:
 
 
 # --- files -----------------------------------------------------------------------------------------
+_NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+
+
 @contextlib.contextmanager
 def staged_file(target: os.PathLike) -> Iterator[tuple[int, Path]]:
     """A new file beside ``target``: (open descriptor, path). It stays locked by this process until the
@@ -230,9 +249,9 @@ def staged_file(target: os.PathLike) -> Iterator[tuple[int, Path]]:
     target = Path(target)
     with directory_lock(target.parent):
         recover(target)
-        path, fd = _create(target, lambda p: os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-        _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it yet
-    lock = os.dup(fd)  # the flock belongs to the open file, which this keeps open
+        path, fd = _create(target, lambda p: os.open(p, _NEW_FILE, 0o666))  # the OS applies the umask, as open() does
+        _lock(fd)  # a new file: nobody else can hold it yet
+    lock = os.dup(fd)  # the lock belongs to the open file, which this keeps open
     try:
         yield fd, path
     finally:

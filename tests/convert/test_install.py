@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.support.child_writers import run_in_child
 from timm_vitscratch import install
 from timm_vitscratch.files import atomic_write
 from timm_vitscratch.install import (
@@ -153,3 +154,32 @@ def test_the_exchange_is_one_atomic_step_here(tmp_path):
     ids = identity(a), identity(b)
     assert install.rename_exchange(a, b)
     assert (identity(b), identity(a)) == ids
+
+
+@pytest.mark.parametrize("umask", [0o027, 0o002])
+def test_outputs_get_the_modes_the_umask_gives_and_the_umask_is_never_changed(umask, tmp_path):
+    """Files and directories are created so that the OS applies the umask (as ``open`` and ``mkdir`` do): the
+    process umask is never set to read it, which would race with other threads. Run in a child, whose umask
+    is its own."""
+
+    def write_with_umask_fixed():
+        os.umask(umask)
+
+        def changed(mask):
+            raise AssertionError(f"the umask was set to {mask:o} during a write")
+
+        os.umask = changed
+        with atomic_write(tmp_path / "file.bin") as handle:
+            handle.write(b"x")
+        target = tmp_path / "dir"
+        started = starting_point(target)
+        with staged_directory(target) as stage:
+            with atomic_write(stage / "config.json", "w") as handle:
+                handle.write("{}")
+            install_directory(stage, target, started)
+        modes = [os.stat(p).st_mode & 0o777 for p in (tmp_path / "file.bin", target, target / "config.json")]
+        return " ".join(f"{m:o}" for m in modes)
+
+    code, output = run_in_child(write_with_umask_fixed)
+    assert code == 0, output
+    assert output.split() == [f"{0o666 & ~umask:o}", f"{0o777 & ~umask:o}", f"{0o666 & ~umask:o}"]

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from timm.models import push_to_hf_hub
 
+import timm_vitscratch
 from tests.support import TINY, tiny
 from tests.support.hub_fixtures import TOKEN, logits, model_dir, repo_for, run_client, tiny_variants, use_hub
 from tests.support.local_hub import LocalHub
@@ -229,6 +230,27 @@ def test_register_hub_weights_rejects_bad_input():
     with pytest.raises(ValueError, match="ORG/NAME"):
         register_hub_weights("scratch_vit_b16.t", "justaname")
     assert "scratch_vit_b16.t" not in HUB_WEIGHTS
+
+
+def test_push_and_pull_name_this_library_in_their_user_agent(hub_env, local_hub, tmp_path, request):
+    """Every request to the Hub's API says who makes it: ``timm_vitscratch/<version>``, then huggingface_hub's."""
+    repo = repo_for(request)
+    first = len(local_hub.requests)
+    hub.push(model_dir(tmp_path / "src", tiny()), repo)
+    pushed = len(local_hub.requests)
+    damaged = bytearray((tmp_path / "src" / "model.safetensors").read_bytes())
+    hub.pull(repo, tmp_path / "out")
+    blob = next((tmp_path / "hf-home").glob("hub/*/blobs/" + sha256_file(tmp_path / "src" / "model.safetensors")))
+    damaged[-1] ^= 0xFF
+    blob.write_bytes(bytes(damaged))  # the next pull checks the damaged cache with the Hub, downloads again
+    hub.pull(repo, tmp_path / "out", force=True)
+    seen = list(zip(local_hub.requests, local_hub.user_agents, strict=True))
+    push_calls = {(method, path.split("/")[-2]) for (_, method, path, _), _ in seen[first:pushed]}
+    pull_calls = {(method, path.split("/")[5]) for (_, method, path, _), _ in seen[pushed:] if path.startswith("/api/")}
+    assert push_calls >= {("POST", "preupload"), ("POST", "commit")}
+    assert pull_calls >= {("GET", "revision"), ("GET", "tree")}  # the tree: verify_repo_checksums asks for it
+    ours = f"timm_vitscratch/{timm_vitscratch.__version__}; hf_hub/"
+    assert [(o, m, p) for (o, m, p, _), agent in seen[first:] if o == "api" and not agent.startswith(ours)] == []
 
 
 def test_cli_push_and_pull_use_hf_endpoint_and_hf_token(hub_env, local_hub, tmp_path, request):

@@ -7,9 +7,15 @@ import subprocess
 import sys
 
 import pytest
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
+from huggingface_hub import (
+    CommitOperationAdd,
+    CommitOperationDelete,
+    HfApi,
+    get_hf_file_metadata,
+    hf_hub_download,
+    hf_hub_url,
+)
 from huggingface_hub.errors import HfHubHTTPError, RemoteEntryNotFoundError, RevisionNotFoundError
-from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 from huggingface_hub.utils import get_session
 from huggingface_hub.utils.sha import git_hash
 

@@ -2,12 +2,13 @@
 pull, no temporary files; two processes pulling one repo at once both end with a correct model.
 
 Where a killed pull leaves things, and who cleans up: the download's partial file is huggingface_hub's
-``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub 2.4 lists (``scan_cache_dir``) but
-neither resumes nor removes, and the next pull of that repo removes (when no process holds
-huggingface_hub's lock for that blob: the one private detail, ``client.download_in_progress``, tested here);
-our staging directory ``.OUT.<pid>-<random>.tmp`` beside ``OUT`` is removed by the next pull into ``OUT`` (it
-holds an flock while alive, so a running pull's staging is never touched). The install itself is one atomic
-exchange; tests/convert/test_install_kills.py kills a pull at every step of it.
+``blobs/<etag>.<random>.incomplete`` in the cache, which huggingface_hub lists (``scan_cache_dir``) but
+neither resumes nor removes, and which the next pull of that repo removes when no running download holds the
+blob's lock file (``hub.cache.download_in_progress``: where the Hub's published cache layout puts it, asked
+through filelock, whose lock huggingface_hub takes); our staging directory ``.OUT.<pid>-<random>.tmp`` beside
+``OUT`` is removed by the next pull into ``OUT`` (it holds an OS lock while alive, so a running pull's staging
+is never touched). The install itself is one atomic exchange; tests/convert/test_install_kills.py kills a pull
+at every step of it.
 """
 
 import os
@@ -20,13 +21,14 @@ import time
 import pytest
 import timm
 import torch
+from huggingface_hub import scan_cache_dir
 
 from tests.support import tiny
 from tests.support.hub_fixtures import model_dir, repo_for
 from tests.support.local_hub import DelayFault, GateFault
 from timm_vitscratch import hub
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.hub import client
+from timm_vitscratch.hub import cache
 
 
 def pull_in_child(repo, out, stage):
@@ -108,8 +110,9 @@ def kill(pid, pipe):
 
 
 def test_cleanup_tells_a_running_download_from_a_killed_one(two_versions, local_hub, tmp_path):
-    """``client.download_in_progress`` reads huggingface_hub's private cache layout (its lock files): this fails
-    loudly the day the installed huggingface_hub changes it, whichever way the answer goes wrong."""
+    """``cache.download_in_progress`` relies on where huggingface_hub keeps a download's lock file and on which
+    lock it takes there: this fails loudly the day the installed huggingface_hub changes either, whichever way the
+    answer goes wrong."""
     repo, out, v2_sha256 = two_versions
     cache_dir = tmp_path / "hf-home" / "hub"
     slow = local_hub.inject(DelayFault(30.0, origin="storage", method="GET", path=v2_sha256, times=1))
@@ -118,15 +121,15 @@ def test_cleanup_tells_a_running_download_from_a_killed_one(two_versions, local_
         assert read_line(pipe) == "downloading"
         wait_until_under_way(slow)
         (partial,) = [p for p in incomplete_downloads(tmp_path / "hf-home") if p.name.startswith(v2_sha256)]
-        assert partial in [f.file_path for f in client.scan_cache_dir(cache_dir).incomplete_files]
-        assert client.download_in_progress(partial), "a running download's partial file looks abandoned"
-        client.remove_abandoned_downloads(repo, cache_dir)
+        assert partial in [f.file_path for f in scan_cache_dir(cache_dir).incomplete_files]
+        assert cache.download_in_progress(partial), "a running download's partial file looks abandoned"
+        cache.remove_abandoned_downloads(repo, cache_dir)
         assert partial.exists()
     finally:
         kill(pid, pipe)
         local_hub.faults.remove(slow)
-    assert not client.download_in_progress(partial), "a killed download's partial file looks in use"
-    client.remove_abandoned_downloads(repo, cache_dir)
+    assert not cache.download_in_progress(partial), "a killed download's partial file looks in use"
+    cache.remove_abandoned_downloads(repo, cache_dir)
     assert not partial.exists()
 
 

@@ -33,7 +33,7 @@ class ExportResult:
 
 
 def _load_model_dir(model_dir: Path):
-    """The one model-directory check (``hub.model_dir.check_model_directory``), as a ConversionError."""
+    """The one model-directory check (``model_dir.check_model_directory``), as a ConversionError."""
     try:
         config, model = check_model_directory(model_dir, require_sha256=False)
     except ModelDirectoryError as err:

@@ -1,18 +1,16 @@
 """Push and pull model directories through the Hugging Face Hub.
 
-Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_branch`` / ``upload_folder`` /
-``model_info``, ``snapshot_download`` / ``hf_hub_download``, ``scan_cache_dir``) and timm's hub helpers
-(``save_config_for_hf`` through :mod:`.model_dir`, ``load_model_config_from_hf``, the model-card layout).
-``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` / ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every
-``huggingface_hub`` client. Remote failures surface as ``huggingface_hub``'s own exceptions
-(``RepositoryNotFoundError``, ``RevisionNotFoundError``, ``LocalEntryNotFoundError``, ``HfHubHTTPError``) or
-its HTTP library's transport errors; a model directory that is not what it claims raises
-:class:`ModelDirectoryError`.
+Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_branch`` / ``create_commit`` /
+``model_info`` / ``verify_repo_checksums``, ``snapshot_download`` / ``hf_hub_download``) and timm's hub
+helpers (``save_config_for_hf`` through :mod:`.model_dir`, ``load_model_config_from_hf``, the model-card
+layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
+``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client. Remote failures
+surface as ``huggingface_hub``'s own exceptions or its HTTP library's transport errors (told to people by
+:mod:`.failures`); a model directory that is not what it claims raises :class:`ModelDirectoryError`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
@@ -25,31 +23,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import timm
-from huggingface_hub import (
-    CachedRevisionInfo,
-    CommitOperationAdd,
-    HfApi,
-    HFCacheInfo,
-    hf_hub_download,
-    is_offline_mode,
-    scan_cache_dir,
-    snapshot_download,
-)
-from huggingface_hub.errors import (
-    CacheNotFound,
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it (httpx2 in 2.x)
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.constants import DEFAULT_REVISION
+from huggingface_hub.errors import OfflineModeIsEnabled
 from timm.models import load_model_config_from_hf, split_model_name_tag
 from torch import nn
 
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
-from ..install import held, install_directory, staged_directory, starting_point
+from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
@@ -64,14 +46,20 @@ from ..model_dir import (
 )
 from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+from ..version import __version__
+from .cache import cache_dir_of, forget, remove_abandoned_downloads
 from .model_card import model_card
 
+#: who makes the requests, in each one's user-agent (``timm_vitscratch/<version>; hf_hub/...``)
+LIBRARY = {"library_name": "timm_vitscratch", "library_version": __version__}
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
-DEFAULT_BRANCH = "main"
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
-#: transport errors of a connection that was open and then lost (rather than never made)
-_CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+def hub_api(token: str | None = None) -> HfApi:
+    """The ``HfApi`` every call here goes through: ``HF_ENDPOINT`` and ``HF_TOKEN`` as usual, and our user-agent."""
+    return HfApi(token=token, **LIBRARY)
 
 
 # --- push ------------------------------------------------------------------------------------------
@@ -109,11 +97,11 @@ def push(
     with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
         staging = Path(tmp)
         config, model, weights, card = _stage(source, staging, labels, strict)
-        api = HfApi(token=token)
+        api = hub_api(token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        if revision not in (None, DEFAULT_BRANCH):
+        if revision not in (None, DEFAULT_REVISION):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        if card is None and (replace_card or not api.file_exists(repo_id, README_NAME, revision=revision)):
+        if card is None and (replace_card or not _has_card(api, repo_id, revision)):
             card = model_card(config, model, repo_id).encode("utf-8")
         operations = [CommitOperationAdd(CONFIG_NAME, staging / CONFIG_NAME), CommitOperationAdd(WEIGHTS_NAME, weights)]
         if card is not None:
@@ -125,13 +113,18 @@ def push(
             commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch",
         )
     pushed = config[METADATA_KEY]["sha256"]
-    reported = hub_weights_sha256(api, repo_id, info.oid)
+    reported = _hub_weights_sha256(api, repo_id, info.oid)
     if reported != pushed:
         raise ModelDirectoryError(
             f"{repo_id}@{info.oid}: the Hub reports {WEIGHTS_NAME} with sha256 {reported}, "
             f"but the pushed file has {pushed}"
         )
     return info
+
+
+def _has_card(api: HfApi, repo_id: str, revision: str | None) -> bool:
+    """Whether the repo has a ``README.md`` at ``revision`` (``model_info``: ``file_exists`` sends no user-agent of ours)."""
+    return any(f.rfilename == README_NAME for f in api.model_info(repo_id, revision=revision).siblings or ())
 
 
 def _stage(
@@ -201,7 +194,7 @@ def _refuse_unless_regular(directory: Path, name: str, mode: int | None = None) 
 def _open_regular(directory: Path, name: str) -> IO[bytes]:
     """Open a file of the directory to read it, refusing what is not a regular file in it when it is opened."""
     try:  # O_NOFOLLOW: a link put there since the check is not followed; O_NONBLOCK: a FIFO does not hang
-        fd = os.open(directory / name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(directory / name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError as err:
         if err.errno == errno.ELOOP:
             _refuse_unless_regular(directory, name)
@@ -221,7 +214,7 @@ def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> list
         raise ModelDirectoryError(f"{label}: --labels: {err}") from None
 
 
-def hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> str | None:
+def _hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> str | None:
     """The sha256 the Hub records for the weights at ``commit`` (an LFS file's ``lfs.sha256``); None if not LFS."""
     info = api.model_info(repo_id, revision=commit, files_metadata=True)
     sibling = next((f for f in info.siblings or () if f.rfilename == WEIGHTS_NAME), None)
@@ -259,7 +252,7 @@ def pull(
     started = starting_point(out_dir) if out_dir.parent.is_dir() else None
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
-    label = f"{repo_id}@{revision or DEFAULT_BRANCH}"
+    label = f"{repo_id}@{revision or DEFAULT_REVISION}"
     snapshot = _download(repo_id, revision, token, label)
     if started is None:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -279,95 +272,53 @@ def _occupied(directory: Path) -> bool:
 
 
 def _download(repo_id: str, revision: str | None, token: str | None, label: str) -> Path:
-    """The repo's files in the Hugging Face cache, with weights that are the bytes the Hub holds.
+    """The repo's files in the Hugging Face cache, each the bytes the Hub holds.
 
-    Weights whose sha256 is not the one ``config.json`` records are either damaged (on the way or on disk)
-    or really what the repo holds; the Hub's LFS sha256 tells which. Damaged weights are downloaded once
-    more; damaged again, they are removed from the cache and the pull fails. Otherwise (or offline, where
-    the Hub cannot be asked) :func:`check_model_directory` reports the mismatch.
+    Weights whose sha256 is not the one ``config.json`` records (or a ``config.json`` that does not say) are
+    damaged, on the way or in the cache, or really what the repo holds: huggingface_hub's
+    ``verify_repo_checksums`` (the Hub's LFS sha256, or git hash, of each file) tells which. Damaged files are
+    downloaded once more; damaged again, they are removed from the cache and the pull fails. Otherwise (or
+    offline, where the Hub cannot be asked) :func:`check_model_directory` says what is wrong.
     """
-    snapshot = Path(snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES)))
-    cache_dir = snapshot.parents[2]  # the documented cache layout: <cache>/<repo folder>/snapshots/<commit>
-    remove_abandoned_downloads(repo_id, cache_dir)
-    weights = snapshot / WEIGHTS_NAME
-    expected = _recorded_sha256(snapshot)
-    if not weights.is_file() or expected is None or sha256_file(weights) == expected:
-        return snapshot  # check_model_directory says what is missing or unverifiable
-    commit = _cached_revision(scan_cache_dir(cache_dir), repo_id, snapshot).commit_hash
-    try:
-        hub_sha256 = hub_weights_sha256(HfApi(token=token), repo_id, commit)
-    except OfflineModeIsEnabled:
-        return snapshot
-    actual = sha256_file(weights)
-    if hub_sha256 is None or actual == hub_sha256:
-        return snapshot  # the repo holds these bytes: they do not match its config.json
-    hf_hub_download(repo_id, WEIGHTS_NAME, revision=commit, token=token, force_download=True)
-    actual = sha256_file(weights)
-    if actual == hub_sha256:
-        return snapshot
-    _forget_cached_weights(
-        cache_dir, repo_id, snapshot
-    )  # never leave damaged bytes in the cache under the Hub's sha256
-    raise ModelDirectoryError(
-        f"{label}: {WEIGHTS_NAME} arrived damaged twice: the Hub says its sha256 is {hub_sha256}, the bytes received "
-        f"have {actual} (a proxy or the network altering the download?); nothing was installed"
+    snapshot = Path(
+        snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES), **LIBRARY)
     )
+    remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
+    if _weights_as_recorded(snapshot):
+        return snapshot
+    damaged = _damaged_files(repo_id, snapshot, token)
+    for name in damaged:
+        hf_hub_download(repo_id, name, revision=snapshot.name, token=token, force_download=True, **LIBRARY)
+    damaged = _damaged_files(repo_id, snapshot, token) if damaged else {}
+    if damaged:
+        forget(repo_id, snapshot, damaged)  # never leave damaged bytes in the cache under the Hub's hash
+        name, (algorithm, expected, actual) = next(iter(damaged.items()))
+        raise ModelDirectoryError(
+            f"{label}: {name} arrived damaged twice: the Hub says its {algorithm} is {expected}, the bytes "
+            f"received have {actual} (a proxy or the network altering the download?); nothing was installed"
+        )
+    return snapshot
 
 
-def _recorded_sha256(snapshot: Path) -> str | None:
+def _weights_as_recorded(snapshot: Path) -> bool:
+    """Whether the weights have the sha256 that ``config.json`` records."""
     try:
-        return read_config(snapshot, contained=False).get(METADATA_KEY, {}).get("sha256")
-    except (OSError, ValueError, AttributeError):
-        return None  # check_model_directory reports a missing or malformed config.json
+        expected = read_config(snapshot, contained=False)[METADATA_KEY]["sha256"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return False
+    weights = snapshot / WEIGHTS_NAME
+    return weights.is_file() and sha256_file(weights) == expected
 
 
-def _cached_revision(cache: HFCacheInfo, repo_id: str, snapshot: Path) -> CachedRevisionInfo:
-    """The cache's entry for ``snapshot`` (a path ``snapshot_download`` returned)."""
-    for repo in cache.repos:
-        if repo.repo_id == repo_id and repo.repo_type == "model":
-            for revision in repo.revisions:
-                if revision.snapshot_path.resolve() == snapshot.resolve():
-                    return revision
-    raise ModelDirectoryError(f"{repo_id}: the snapshot {snapshot} is not in the Hugging Face cache")
-
-
-def _forget_cached_weights(cache_dir: Path, repo_id: str, snapshot: Path) -> None:
-    """Delete the weights of ``snapshot`` from the cache (its entry, and the blob if nothing else uses it)."""
-    cache = scan_cache_dir(cache_dir)
-    files = [f for f in _cached_revision(cache, repo_id, snapshot).files if f.file_name == WEIGHTS_NAME]
-    cache.delete_files(*files).execute()
-
-
-def remove_abandoned_downloads(repo_id: str, cache_dir: PathLike) -> None:
-    """Delete the partial downloads of ``repo_id`` that a killed process left in the Hugging Face cache.
-
-    huggingface_hub lists them (``HFCacheInfo.incomplete_files``) but never resumes or removes another
-    process's partial file; one that no running download writes is removed here.
-    """
+def _damaged_files(repo_id: str, snapshot: Path, token: str | None) -> dict[str, tuple[str, str, str]]:
+    """The files of ``snapshot`` whose bytes are not what the Hub holds: name -> (algorithm, Hub's hash, ours)."""
     try:
-        cache = scan_cache_dir(cache_dir)
-    except CacheNotFound:
-        return
-    folders = [r.repo_path for r in cache.repos if r.repo_id == repo_id and r.repo_type == "model"]
-    for partial in cache.incomplete_files:
-        path = partial.file_path
-        if any(folder in path.parents for folder in folders) and not download_in_progress(path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-
-def download_in_progress(partial: Path) -> bool:
-    """Whether a running download writes the partial file ``partial`` (one of ``incomplete_files``).
-
-    huggingface_hub has no public way to ask, so this is the one place that knows its cache's private
-    layout: a download writes its partial file ``<repo folder>/blobs/<etag>.<random>…`` while holding an
-    flock on ``<cache>/.locks/<repo folder>/<etag>.lock``. A lock file that is not there means the layout changed:
-    the partial file is kept (never break a running download). tests/hub/test_pull_interrupted_and_concurrent.py
-    checks both answers against the installed huggingface_hub.
-    """
-    repo_folder = partial.parent.parent
-    lock_path = repo_folder.parent / ".locks" / repo_folder.name / f"{partial.name.split('.')[0]}.lock"
-    return not lock_path.is_file() or held(lock_path)
+        check = hub_api(token).verify_repo_checksums(repo_id, revision=snapshot.name, cache_dir=cache_dir_of(snapshot))
+    except OfflineModeIsEnabled:
+        return {}
+    return {
+        m["path"]: (m["algorithm"], m["expected"], m["actual"]) for m in check.mismatches if m["path"] in REPO_FILES
+    }
 
 
 # --- pretrained tags -------------------------------------------------------------------------------
@@ -381,7 +332,7 @@ def register_tag_from_hub(
     pretrained=True)`` loads these weights. Returns the registered ``hf_hub_id`` (``ORG/NAME@commit``).
     """
     variant, _ = split_model_name_tag(model_tag)
-    commit = HfApi(token=token).model_info(repo_id, revision=revision).sha
+    commit = hub_api(token).model_info(repo_id, revision=revision).sha
     pretrained_cfg, architecture, model_args = load_model_config_from_hf(f"{repo_id}@{commit}")
     if architecture != variant:
         raise ModelDirectoryError(f"{repo_id}@{commit} holds {architecture!r} weights, not {variant!r}")
@@ -398,55 +349,3 @@ def register_tag_from_hub(
     hf_hub_id = f"{repo_id}@{commit}"
     register_hub_weights(model_tag, hf_hub_id, default=default, **cfg)
     return hf_hub_id
-
-
-# --- errors for people -----------------------------------------------------------------------------
-def describe_hub_error(error: BaseException, repo_id: str, revision: str | None = None) -> str:
-    """One clear sentence for a failed push/pull: what went wrong, and what to check."""
-    where = HfApi().endpoint
-    at = f"{repo_id}@{revision or DEFAULT_BRANCH}"
-    if _asked_for_xet(error):
-        return (
-            f"the Hub at {where} has no Xet storage ({str(error).splitlines()[0]}): set HF_HUB_DISABLE_XET=1 "
-            "so that huggingface_hub uploads through classic LFS"
-        )
-    if isinstance(error, RevisionNotFoundError):
-        return f"revision {revision!r} not found in {repo_id} at {where} (a branch name or a full commit id)"
-    if isinstance(error, RepositoryNotFoundError):
-        return (
-            f"repository {repo_id!r} not found at {where} (check the id, HF_ENDPOINT, "
-            "and HF_TOKEN for a private repository)"
-        )
-    if isinstance(error, LocalEntryNotFoundError):
-        cause = error.__cause__ or error.__context__
-        not_cached = f"{at} is not in the local cache (HF_HUB_CACHE)"
-        if isinstance(cause, HfHubHTTPError):
-            return f"{describe_hub_error(cause, repo_id, revision)}; {not_cached}"
-        detail = f": {type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else f": {error}"
-        hint = "" if is_offline_mode() else "; with HF_HUB_OFFLINE=1 a pull uses only the cache and fails at once"
-        return f"cannot get {at} from {where}{detail}; {not_cached}{hint}"
-    if isinstance(error, HfHubHTTPError):
-        status = error.response.status_code if error.response is not None else "?"
-        message = error.server_message or str(error).splitlines()[0]
-        return f"the Hub at {where} answered HTTP {status} for {repo_id}: {message.strip()}"
-    if isinstance(error, _CONNECTION_LOST):
-        return (
-            f"the Hub at {where} dropped the connection ({type(error).__name__}: {error}) and "
-            "huggingface_hub's retries, where it makes any, did not get through; try again later"
-        )
-    if isinstance(error, httpx.TransportError):
-        return f"cannot reach the Hub at {where}: {type(error).__name__}: {error}"
-    return str(error)
-
-
-def _asked_for_xet(error: BaseException) -> bool:
-    """A refused request for a Xet token: huggingface_hub tried to move the files through Xet storage.
-
-    hf_xet raises a plain ``ConnectionError`` for it, so only the token URL in its message tells.
-    """
-    return re.search(r"/xet-(write|read)-token/", str(error)) is not None
-
-
-def is_hub_failure(error: BaseException) -> bool:
-    """Errors push/pull report to a person (bad input, Hub answers, network) rather than as a crash."""
-    return isinstance(error, (ValueError, OSError, httpx.TransportError))

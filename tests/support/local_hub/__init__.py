@@ -46,7 +46,8 @@ class LocalHub:
 
     ``token``: when set, writes need ``Authorization: Bearer <token>`` (what the client sends from
     ``HF_TOKEN``) and private repos are invisible without it. ``faults`` are consulted before each
-    request (see :mod:`.faults`); ``requests`` records ``(origin, method, path, status)``.
+    request (see :mod:`.faults`); ``requests`` records ``(origin, method, path, status)``, and
+    ``user_agents`` the ``User-Agent`` header of each, in the same order.
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class LocalHub:
         self.token = token
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, str, int]] = []
+        self.user_agents: list[str] = []
         self._lock = threading.Lock()
         self._api = _Server((host, port), HubRequestHandler, self, "api")
         self._storage = _Server((host, 0), HubRequestHandler, self, "storage")
@@ -111,9 +113,10 @@ class LocalHub:
                 return fault
         return None
 
-    def record(self, origin: str, method: str, path: str, status: int) -> None:
+    def record(self, origin: str, method: str, path: str, status: int, user_agent: str = "") -> None:
         with self._lock:
             self.requests.append((origin, method, path, status))
+            self.user_agents.append(user_agent)
 
     def client_env(self, hf_home: os.PathLike, token: str | None = None) -> dict[str, str]:
         """Environment for a ``huggingface_hub`` client of this server, with its cache under ``hf_home``."""

@@ -156,7 +156,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         except Exception as error:  # a bug here must reach the client as a 500, not a hang
             self._answer_error(HubError(500, f"local Hub error: {type(error).__name__}: {error}"))
         finally:
-            hub.record(origin, self.command, url.path, self._status)
+            hub.record(origin, self.command, url.path, self._status, self.headers.get("User-Agent", ""))
 
     def route_request(self) -> None:
         """Answer the request as the Hub would (what a fault calls when it lets the Hub answer)."""

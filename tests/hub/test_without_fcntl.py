@@ -1,0 +1,41 @@
+"""The writers need no ``fcntl`` (Windows has none): convert, a convert that replaces a model, push, pull and a
+pull that replaces a model run in a process where ``import fcntl`` fails. Their locks go through filelock, which
+then has no lock to take on this system; the writers go on unserialised, as docs/guarantees.md says."""
+
+import subprocess
+import sys
+
+from safetensors.torch import save_file
+
+from tests.support import tiny
+from tests.support.hub_fixtures import repo_for
+from timm_vitscratch.files import sha256_file
+from timm_vitscratch.model_dir import check_model_directory
+
+WITHOUT_FCNTL = """
+import sys
+
+sys.modules["fcntl"] = None  # `import fcntl` now raises ImportError, in every module
+from timm_vitscratch.cli import main
+
+source, model, out, repo = sys.argv[1:]
+for argv in (["convert", source, model], ["convert", source, model], ["push", model, repo], ["pull", repo, out],
+             ["pull", "--force", repo, out]):
+    if main(argv) != 0:
+        sys.exit(f"vitscratch {' '.join(argv)} failed")
+assert sys.modules["fcntl"] is None
+"""
+
+
+def test_convert_push_and_pull_run_where_fcntl_cannot_be_imported(hub_env, tmp_path, request):
+    source = tmp_path / "vit.safetensors"
+    save_file(tiny().state_dict(), str(source))
+    model, out = tmp_path / "model", tmp_path / "out"
+    argv = [str(source), str(model), str(out), repo_for(request)]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_FCNTL, *argv], env=hub_env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    check_model_directory(out, require_sha256=True)
+    assert sha256_file(out / "model.safetensors") == sha256_file(model / "model.safetensors")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf-home", "model", "out", "vit.safetensors"]

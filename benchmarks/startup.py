@@ -77,19 +77,23 @@ def time_interleaved(python: str, code: str, runs: int) -> dict[str, dict[str, l
     return times
 
 
+def _importtime(python: str, code: str) -> list[str]:
+    """The ``-X importtime`` lines of ``python -c code``, with the hook armed."""
+    return subprocess.run(
+        [python, "-X", "importtime", "-c", code],
+        env=_env(False),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr.splitlines()
+
+
 def hook_module_import_us(python: str, runs: int) -> float:
     """Median self time (µs) of importing ``timm_vitscratch_autoload`` at start-up (-X importtime)."""
     samples = []
     for _ in range(runs):
-        err = subprocess.run(
-            [python, "-X", "importtime", "-c", "pass"],
-            env=_env(False),
-            cwd=tempfile.gettempdir(),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stderr
-        for line in err.splitlines():
+        for line in _importtime(python, "pass"):
             cols = line.split("|")
             if line.startswith("import time:") and cols[2].strip() == "timm_vitscratch_autoload":
                 samples.append(float(cols[1]))  # cumulative = self: the module imports nothing new
@@ -102,17 +106,9 @@ def plugin_import_ms(python: str, runs: int) -> float:
     """Median time (ms) the armed hook spends importing timm_vitscratch inside ``import timm``."""
     samples = []
     for _ in range(runs):
-        err = subprocess.run(
-            [python, "-X", "importtime", "-c", "import timm"],
-            env=_env(False),
-            cwd=tempfile.gettempdir(),
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stderr
         samples += [
             float(line.split("|")[1]) / 1e3
-            for line in err.splitlines()
+            for line in _importtime(python, "import timm")
             if line.startswith("import time:") and line.split("|")[2].strip() == "timm_vitscratch"
         ]
     if not samples:

@@ -3,10 +3,16 @@
 Importing the package registers every ``scratch_*`` model with timm's registry.
 """
 
-from .models.checkpoint_filter import checkpoint_filter_fn
-from .models.layers import Attention, Block, DropPath, Mlp, PatchEmbed
-from .models.variants import ARCHITECTURES
-from .models.vision_transformer import VisionTransformer
+from .models import (
+    ARCHITECTURES,
+    Attention,
+    Block,
+    DropPath,
+    Mlp,
+    PatchEmbed,
+    VisionTransformer,
+    checkpoint_filter_fn,
+)
 from .version import __version__
 
 __all__ = [

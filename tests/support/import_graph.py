@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+@cache  # the source does not change during a run
 def graph() -> dict[str, set[str]]:
     modules = module_names()
     return {name: imports_of(name, path, modules) for name, path in modules.items()}

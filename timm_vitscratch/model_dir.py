@@ -28,7 +28,7 @@ from torch import nn
 
 from .errors import ModelArgsError, ModelDirectoryError, listed
 from .files import PathLike, atomic_write, sha256_file
-from .layouts.checkpoint import safetensors_header
+from .layouts.safetensors_file import safetensors_header
 from .models.build import build_on_meta
 from .models.model_args import check_label_names, check_saved_config
 from .models.variants import ARCHITECTURES

@@ -27,8 +27,8 @@ from tests.support.sources import (
     torchvision_vit,
 )
 from timm_vitscratch.convert import ConversionError, convert
-from timm_vitscratch.layouts.checkpoint import open_checkpoint
 from timm_vitscratch.files import sha256_file
+from timm_vitscratch.layouts import open_checkpoint
 from timm_vitscratch.model_dir import METADATA_KEY
 from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 

@@ -13,8 +13,8 @@ from safetensors.torch import save_file
 import timm_vitscratch.inspect.attention_maps as attention_module
 from tests.support import TINY, tiny
 from timm_vitscratch.cli import main
-from timm_vitscratch.model_dir import WEIGHTS_NAME, model_config, write_config
 from timm_vitscratch.inspect.attention_maps import DPI, FIGSIZE, attention_maps, attention_rollout, load_image
+from timm_vitscratch.model_dir import WEIGHTS_NAME, model_config, write_config
 
 EXPECTED_PNG_SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
 

@@ -19,7 +19,8 @@ import torch
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike
 from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
-from ..layouts.checkpoint import Checkpoint, open_checkpoint
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.reader import open_checkpoint
 from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,

@@ -12,8 +12,8 @@ import torch
 from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
 from ..install import ConcurrentWriteError
-from ..layouts.checkpoint import open_checkpoint
 from ..layouts.keymap import available
+from ..layouts.reader import open_checkpoint
 from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
 from ..models.architecture import describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,7 @@ def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype:
         for source in targets[spec.name].rule.sources:
             checkpoint.release(source)
 
-    source_info = {
+    source_info: dict[str, Any] = {
         "format": plan.fmt.name,
         "file": checkpoint.path.name,
         "wrapper": checkpoint.wrapper,
@@ -210,7 +210,7 @@ def convert(
     verify: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
     num_heads: int | None = None,
-    labels: PathLike | Sequence[str] | None = None,
+    labels: PathLike | list[str] | tuple[str, ...] | None = None,
     force: bool = False,
     strict: bool = False,
 ) -> ConversionResult:

@@ -205,7 +205,7 @@ def config_model_args(
         raise ModelDirectoryError(
             f"{label}: {CONFIG_NAME} pretrained_cfg is a {type(pretrained_cfg).__name__}; expected an object"
         )
-    cfg = {
+    cfg: dict[str, Any] = {
         "num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
         "input_size": pretrained_cfg.get("input_size"),
         "label_names": config.get("label_names"),

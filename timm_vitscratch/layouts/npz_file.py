@@ -42,9 +42,12 @@ class NpzCheckpoint(Checkpoint):
         try:
             if not isinstance(self._npz, np.lib.npyio.NpzFile):
                 raise ConversionError("is a single .npy array, not an .npz archive of named arrays", path)
+            archive = self._npz.zip
+            if archive is None:  # numpy sets it to None once the file is closed
+                raise ConversionError("the .npz archive was closed while it was being read", path)
             size = path.stat().st_size
-            check_expansion(self._npz.zip.infolist(), size, path)
-            entries = {key: _npy_member(self._npz.zip, key, size, path) for key in self._npz.files}
+            check_expansion(archive.infolist(), size, path)
+            entries = {key: _npy_member(archive, key, size, path) for key in self._npz.files}
         except ConversionError:
             self.close()
             raise

@@ -60,7 +60,7 @@ def weights_file(directory: Path) -> Path:
     )
 
 
-def open_checkpoint(path: os.PathLike, ema: bool = False) -> Checkpoint:
+def open_checkpoint(path: str | os.PathLike[str], ema: bool = False) -> Checkpoint:
     """Open a checkpoint file or model directory for lazy, safe reading."""
     path = Path(path)
     if not path.exists():

@@ -27,8 +27,9 @@ class TorchCheckpoint(Checkpoint):
         super().__init__(path)
         obj = _torch_load(path, mmap=is_zip)
         state_dict, self.wrapper = unwrap(obj, ema, path)
-        if isinstance(obj, Mapping) and isinstance(obj.get("args"), argparse.Namespace):
-            self.train_args = vars(obj["args"])
+        args = obj.get("args") if isinstance(obj, Mapping) else None
+        if isinstance(args, argparse.Namespace):
+            self.train_args = vars(args)
         self._tensors = state_dict
         self._set_entries({k: (tuple(v.shape), v.dtype) for k, v in state_dict.items()}, KEY_PREFIXES)
         self._pages = PageReleaser(str(path)) if is_zip else None

@@ -28,7 +28,7 @@ from torch import nn
 
 from .errors import ModelArgsError, ModelDirectoryError, listed
 from .files import PathLike, atomic_write, sha256_file
-from .layouts.checkpoint import safetensors_header
+from .layouts.safetensors_file import safetensors_header
 from .models.build import build_on_meta
 from .models.model_args import check_label_names, check_saved_config
 from .models.variants import ARCHITECTURES
@@ -205,7 +205,7 @@ def config_model_args(
         raise ModelDirectoryError(
             f"{label}: {CONFIG_NAME} pretrained_cfg is a {type(pretrained_cfg).__name__}; expected an object"
         )
-    cfg = {
+    cfg: dict[str, Any] = {
         "num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
         "input_size": pretrained_cfg.get("input_size"),
         "label_names": config.get("label_names"),

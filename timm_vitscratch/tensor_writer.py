@@ -72,7 +72,7 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
         raise ConversionError("writing checkpoints needs a little-endian machine")
     if tensor.numel() == 0:
         return memoryview(b"")
-    return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+    return tensor.reshape(-1).view(torch.uint8).numpy().data
 
 
 def safetensors_header(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = None) -> bytes:
@@ -101,14 +101,14 @@ class _HashingWriter:
     at about two tensors. ``done(tag)`` is called once a buffer has been both written and hashed.
     """
 
-    def __init__(self, handle: IO[bytes], done: Callable[[object], None]) -> None:
+    def __init__(self, handle: IO[bytes], done: Callable[[TensorSpec | None], None]) -> None:
         self.handle = handle
         self._done = done
         self._digest = hashlib.sha256()
         self._hasher = ThreadPoolExecutor(max_workers=1)
-        self._pending: tuple[Future, object] | None = None
+        self._pending: tuple[Future, TensorSpec | None] | None = None
 
-    def write(self, data, tag: object = None) -> None:
+    def write(self, data: bytes | memoryview, tag: TensorSpec | None = None) -> None:
         self._wait()
         self._pending = (self._hasher.submit(self._digest.update, data), tag)
         self.handle.write(data)
@@ -140,9 +140,14 @@ def write_safetensors(
     ``written(spec)``, when given, is called as soon as that tensor is on its way to disk and hashed,
     so whatever memory produced it can be given back.
     """
+
+    def release(spec: TensorSpec | None) -> None:  # the header's buffer carries no spec
+        if spec is not None and written is not None:
+            written(spec)
+
     header = safetensors_header(specs, metadata)
     with atomic_write(path, "wb") as handle:
-        out = _HashingWriter(handle, lambda spec: spec is not None and written is not None and written(spec))
+        out = _HashingWriter(handle, release)
         try:
             out.write(header)
             for spec in specs:

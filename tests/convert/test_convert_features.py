@@ -28,7 +28,7 @@ from tests.support.sources import (
 )
 from timm_vitscratch.convert import ConversionError, convert
 from timm_vitscratch.files import sha256_file
-from timm_vitscratch.layouts.checkpoint import open_checkpoint
+from timm_vitscratch.layouts import open_checkpoint
 from timm_vitscratch.model_dir import METADATA_KEY
 from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 

@@ -19,7 +19,7 @@ from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.client import check_model_directory
-from timm_vitscratch.layouts.checkpoint import open_checkpoint
+from timm_vitscratch.layouts import open_checkpoint
 from timm_vitscratch.model_dir import read_config
 
 warnings.filterwarnings("ignore")  # torch warns about odd pickle protocols in damaged files; answers go to stdout

@@ -6,7 +6,7 @@ writes the weights back out as a timm or torchvision state dict or a JAX ``.npz`
 """
 
 from ..errors import ConversionError, VerificationError
-from ..layouts.checkpoint import open_checkpoint
+from ..layouts.reader import open_checkpoint
 from .converter import ConversionResult, convert
 from .export import EXPORT_TARGETS, ExportResult, export
 from .formats import SOURCE_NAMES, detect_format

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,8 @@ import torch
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike
 from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
-from ..layouts.checkpoint import Checkpoint, open_checkpoint
+from ..layouts.checkpoint import Checkpoint
+from ..layouts.reader import open_checkpoint
 from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
@@ -151,7 +152,7 @@ def _write(checkpoint: Checkpoint, plan: ConversionPlan, stage: Path, out_dtype:
         for source in targets[spec.name].rule.sources:
             checkpoint.release(source)
 
-    source_info = {
+    source_info: dict[str, Any] = {
         "format": plan.fmt.name,
         "file": checkpoint.path.name,
         "wrapper": checkpoint.wrapper,
@@ -209,7 +210,7 @@ def convert(
     verify: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
     num_heads: int | None = None,
-    labels: PathLike | Sequence[str] | None = None,
+    labels: PathLike | list[str] | tuple[str, ...] | None = None,
     force: bool = False,
     strict: bool = False,
 ) -> ConversionResult:

@@ -12,8 +12,8 @@ import torch
 from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
 from ..install import ConcurrentWriteError
-from ..layouts.checkpoint import open_checkpoint
 from ..layouts.keymap import available
+from ..layouts.reader import open_checkpoint
 from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
 from ..models.architecture import describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
@@ -32,7 +32,7 @@ class ExportResult:
     notes: list[str]
 
 
-def _load_model_dir(model_dir: Path):
+def _load_model_dir(model_dir: Path) -> tuple[str, torch.nn.Module, Path]:
     """The one model-directory check (``model_dir.check_model_directory``), as a ConversionError."""
     try:
         config, model = check_model_directory(model_dir, require_sha256=False)
@@ -53,7 +53,7 @@ def _refuse_what_the_layout_cannot_hold(
         )
     if to == "timm":
         return
-    act = model.blocks[0].mlp.act
+    act = model.get_submodule("blocks.0.mlp.act")
     if not (type(act) is torch.nn.GELU and act.approximate == "none"):
         raise ConversionError(f"{library}'s ViT uses exact GELU; this model's MLP activation is {act!r}")
     if getattr(model, "no_embed_class", False):
@@ -75,10 +75,11 @@ def refuse_writing_over(model_dir: Path, out: Path) -> None:
 def _failed_write(err: BaseException) -> OSError | None:
     """The OSError behind a failed write: itself, or the one torch.save's writer was handling when it gave up
     with a RuntimeError ("unexpected pos ...", which says nothing of the cause)."""
-    while err is not None:
-        if isinstance(err, OSError):
-            return err
-        err = err.__cause__ or err.__context__
+    current: BaseException | None = err
+    while current is not None:
+        if isinstance(current, OSError):
+            return current
+        current = current.__cause__ or current.__context__
     return None
 
 

@@ -87,6 +87,10 @@ class JaxFormat(JaxLayout, SourceFormat):
                 "exported to it (export to timm instead)"
             )
         dim, heads = arch.embed_dim, arch.num_heads
+        if heads is None:  # the JAX layout splits the attention kernels per head
+            raise ConversionError(
+                "export to jax needs the attention head count, which this architecture does not state"
+            )
         head_dim = dim // heads
 
         def qkv_to_flax(index: int, kernel: bool):

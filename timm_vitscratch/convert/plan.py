@@ -212,7 +212,7 @@ def plan_conversion(
         arch,
         name,
         args,
-        tuple(target_size),
+        target_size,
         meta_model,
         targets,
         ignored,

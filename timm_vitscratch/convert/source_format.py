@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -15,9 +15,13 @@ from ..layouts.keymap import KeyMap
 from ..layouts.layout import Layout
 from ..models.architecture import Arch
 
+if TYPE_CHECKING:  # timm's models are imported where a reference is built, not when this module loads
+    from timm.models.vision_transformer import VisionTransformer
+
 Forward = Callable[[torch.Tensor], torch.Tensor]
 #: what shapes cannot tell about an architecture: a config records them, the format fixes them, or they are assumed
 ARCH_FACTS = ("num_heads", "act_layer", "norm_eps")
+M = TypeVar("M", bound=nn.Module)
 
 
 class Reference:
@@ -39,12 +43,12 @@ def classifier_input(model: nn.Module, classifiers: list[nn.Module], forward: Fo
         finally:
             for handle in handles:
                 handle.remove()
-        return sum(seen) / len(seen)
+        return sum(seen[1:], seen[0]) / len(seen)
 
     return features
 
 
-def timm_reference(model: nn.Module, description: str) -> Reference:
+def timm_reference(model: VisionTransformer, description: str) -> Reference:
     """A timm model's reference: its own ``forward_head(pre_logits=True)`` and logits."""
 
     def features(x: torch.Tensor) -> torch.Tensor:
@@ -109,7 +113,7 @@ def round_parameters(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:
     return module
 
 
-def without_init(cls: Callable[..., nn.Module], **kwargs: Any) -> nn.Module:
+def without_init(cls: Callable[..., M], **kwargs: Any) -> M:
     """Build ``cls(**kwargs)`` with uninitialised CPU storage: every tensor is loaded right after, so
     running the library's (slow) random init would be wasted work."""
     with torch.device("meta"):

@@ -101,6 +101,7 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> dict[str, 
         facts["norm_eps"] = kwargs["norm_eps"]
     if not isinstance(architecture, str) or not timm.is_model(architecture):
         return facts
+    model: Any  # any timm architecture: read below by duck typing, refused when it has no ViT blocks
     try:
         with torch.device("meta"):
             model = timm.create_model(architecture, **{k: v for k, v in kwargs.items() if k != "pretrained"})
@@ -183,7 +184,9 @@ class TimmFormat(TimmLayout, SourceFormat):
 
     def label_names(self, checkpoint: Checkpoint) -> list[str] | None:
         config = checkpoint.side_config
-        cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
+        cfg = config.get("pretrained_cfg")
+        if not isinstance(cfg, dict):
+            cfg = {}
         names = config.get("label_names", cfg.get("label_names"))
         if names is None:
             return None

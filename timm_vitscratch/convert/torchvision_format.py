@@ -62,7 +62,7 @@ class TorchvisionFormat(TorchvisionLayout, SourceFormat):
         model.load_state_dict(state_dict, strict=True)
         round_parameters(model.eval(), spec.round_to)
         # the classifier reads the representation layer's output when there is one
-        features = classifier_input(model, [model.heads.head], model)
+        features = classifier_input(model, [model.get_submodule("heads.head")], model)
         return Reference(features, model, self.reference_name)
 
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:

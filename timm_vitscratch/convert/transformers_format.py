@@ -79,6 +79,7 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         keys = set(checkpoint.keys())
         arch = spec.arch
         prefix = model_prefix(keys)
+        cls: type[transformers.PreTrainedModel]
         if "cls_classifier.weight" in keys:
             cls, output = transformers.DeiTForImageClassificationWithTeacher, "logits"
         elif "classifier.weight" in keys:
@@ -94,7 +95,7 @@ class TransformersFormat(TransformersLayout, SourceFormat):
                 str(Path(tmp) / "model.safetensors"),
                 metadata={"format": "pt"},
             )
-            extra = {} if output == "logits" else {"add_pooling_layer": output == "pooler"}
+            extra: dict[str, Any] = {} if output == "logits" else {"add_pooling_layer": output == "pooler"}
             model = cls.from_pretrained(tmp, attn_implementation="eager", **extra)
         round_parameters(model.float().eval(), spec.round_to)
         interpolate = tuple(spec.img_size) != tuple(arch.img_size)
@@ -125,7 +126,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             (directory / "config.json").write_text(json.dumps(checkpoint.side_config))
             return
         config_cls = transformers.DeiTConfig if arch.distilled or prefix == "deit." else transformers.ViTConfig
-        config_cls(
+        # num_labels is taken through PreTrainedConfig's **kwargs, which its dataclass_transform hides from checkers
+        config_cls(  # type: ignore[call-arg]
             hidden_size=arch.embed_dim,
             num_hidden_layers=arch.depth,
             num_attention_heads=arch.num_heads,

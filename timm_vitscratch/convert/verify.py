@@ -18,6 +18,7 @@ import torch
 
 from ..errors import ConversionError
 from ..layouts.checkpoint import Checkpoint
+from ..models import VisionTransformer
 from .plan import ConversionPlan
 from .shape_inference import assumed_text, how_to_state
 from .source_format import ReferenceSpec
@@ -112,6 +113,7 @@ def verify_conversion(
     """Max-abs-diff of features and logits between the source library's model and ours loaded from
     ``model_dir`` (fp32, eval)."""
     ours = timm.create_model(f"local-dir:{model_dir}", pretrained=True).float().eval()
+    assert isinstance(ours, VisionTransformer)  # the directory was written for one of our architectures
     spec = ReferenceSpec(plan.arch, plan.img_size, round_to)
     try:
         reference = plan.fmt.reference(checkpoint, spec)

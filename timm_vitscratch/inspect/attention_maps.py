@@ -20,6 +20,7 @@ from torch import nn
 
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write
+from ..models import Block, VisionTransformer
 from ..models.model_args import check_architecture, check_option
 from ..models.variants import ARCHITECTURES
 from .model_ref import check_scratch_model, has_weights, timm_model_name
@@ -68,7 +69,7 @@ def attention_rollout(blocks: list[torch.Tensor]) -> torch.Tensor:
 
 def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
     """Run ``model``'s eager attention path on (B, C, H, W) ``images`` and collect the maps."""
-    if not hasattr(model, "forward_attention"):
+    if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"{type(model).__name__} has no forward_attention: attention maps need a timm_vitscratch VisionTransformer"
         )
@@ -84,7 +85,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor) -> AttentionMaps:
         last_block=blocks[-1].mean(dim=1),
         rollout=attention_rollout(blocks),
         num_prefix_tokens=model.num_prefix_tokens,
-        grid_size=tuple(model.patch_embed.grid_size),
+        grid_size=model.patch_embed.grid_size,
     )
 
 
@@ -101,7 +102,7 @@ def _with_weights(name: str, kwargs: dict) -> nn.Module:
         raise ModelDirectoryError(f"{name}: cannot load the model: {str(err).splitlines()[0]}") from None
 
 
-def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[nn.Module, str]:
+def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[VisionTransformer, str]:
     """A model with its weights (a pretrained tag, a model directory, ``local-dir:``, ``hf-hub:``) or a bare
     registered name (random weights, seed 0).
 
@@ -114,14 +115,18 @@ def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[nn.Module
         check_architecture({**ARCHITECTURES[variant], **kwargs}, f"{name_or_dir} with {kwargs}")
     if has_weights(name_or_dir):
         model = check_scratch_model(_with_weights(name, kwargs), name_or_dir)
-        description = f"{model.pretrained_cfg.get('architecture', type(model).__name__)}, weights from {name_or_dir}"
+        # pretrained_cfg is set on the model by timm's builder, so the class does not declare it
+        cfg = getattr(model, "pretrained_cfg", {})
+        description = f"{cfg.get('architecture', type(model).__name__)}, weights from {name_or_dir}"
     else:
         with torch.random.fork_rng(devices=[]):  # same picture on every run, global RNG untouched
             torch.manual_seed(0)
-            model = timm.create_model(name, **kwargs)
+            model = check_scratch_model(timm.create_model(name, **kwargs), name_or_dir)
         description = f"{name_or_dir}, RANDOM weights (untrained)"
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
-    kept = len(model.blocks) * model.blocks[0].attn.num_heads * tokens * tokens * 4
+    first = model.blocks[0]
+    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
+    kept = len(model.blocks) * first.attn.num_heads * tokens * tokens * 4
     if kept > MAX_ATTENTION_BYTES:
         # every block's attention matrix is kept for the picture: tokens^2 per head
         raise ValueError(
@@ -135,7 +140,7 @@ def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[nn.Module
     return model.eval(), description
 
 
-def load_image(path: PathLike, model: nn.Module) -> torch.Tensor:
+def load_image(path: PathLike, model: VisionTransformer) -> torch.Tensor:
     """Read an image with Pillow and apply the model's eval transform (timm's, at the model's size).
 
     Returns a (1, 3, H, W) normalised tensor. Raises ValueError when the file cannot be read as an image.

@@ -11,6 +11,8 @@ from collections import OrderedDict
 
 from torch import nn
 
+from ..models import Block, VisionTransformer
+
 
 def block_macs(tokens: int, embed_dim: int, mlp_hidden: int) -> dict[str, int]:
     """MACs of one block on one image of ``tokens`` tokens.
@@ -22,11 +24,11 @@ def block_macs(tokens: int, embed_dim: int, mlp_hidden: int) -> dict[str, int]:
     return OrderedDict(attention=4 * t * d * d + 2 * t * t * d, mlp=2 * t * d * mlp_hidden)
 
 
-def _linear_macs(module: nn.Module) -> int:
+def _linear_macs(module: nn.Module | None) -> int:
     return module.in_features * module.out_features if isinstance(module, nn.Linear) else 0
 
 
-def forward_macs(model: nn.Module) -> dict[str, int]:
+def forward_macs(model: VisionTransformer) -> dict[str, int]:
     """MACs per image of the architecture's full forward at the model's image size, by part.
 
     This is ``forward_head(forward_features(x))``, the figure comparable with timm's and
@@ -41,6 +43,7 @@ def forward_macs(model: nn.Module) -> dict[str, int]:
     tokens = embed.num_patches + model.num_prefix_tokens
     embed_dim = model.embed_dim
     first = model.blocks[0]
+    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     per_block = block_macs(tokens, embed_dim, first.mlp.fc1.out_features)
     depth = len(model.blocks)
     # the head sees one pooled vector per image, or every token when global_pool=''

@@ -10,11 +10,14 @@ in the per-parameter training state) and are left out.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import timm
 import torch
-from torch import nn
+
+from ..models import VisionTransformer
+from .model_ref import check_scratch_model
 
 BYTES_PER_PARAM = OrderedDict(fp32=4, fp16=2, bf16=2)
 
@@ -62,7 +65,7 @@ def _reaches(node: Any, targets: set[int], memo: dict[int, tuple[Any, bool]]) ->
     return found
 
 
-def measure_activation_bytes(model: nn.Module, batch: int, autocast: bool = True) -> int:
+def measure_activation_bytes(model: VisionTransformer, batch: int, autocast: bool = True) -> int:
     """Bytes autograd saves for backward in one training forward of ``batch`` random images.
 
     Runs on real CPU tensors. Each storage counts once; parameters, and tensors computed from
@@ -71,7 +74,8 @@ def measure_activation_bytes(model: nn.Module, batch: int, autocast: bool = True
     in_chans, (height, width) = model.patch_embed.in_chans, model.patch_embed.img_size
     images = torch.randn(batch, in_chans, height, width, requires_grad=True)
     param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
-    inputs, memo = {id(images)}, {}
+    inputs = {id(images)}
+    memo: dict[int, tuple[Any, bool]] = {}
     saved: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -96,9 +100,13 @@ def measure_activation_bytes(model: nn.Module, batch: int, autocast: bool = True
     return sum(saved.values())
 
 
-def _one_and_two_block_models(model_name: str, **kwargs: Any):
+def _scratch_model(model_name: str, **kwargs: Any) -> VisionTransformer:
+    return check_scratch_model(timm.create_model(model_name, **kwargs), model_name)
+
+
+def _one_and_two_block_models(model_name: str, **kwargs: Any) -> Iterator[VisionTransformer]:
     for depth in (1, 2):
-        yield timm.create_model(model_name, **{**kwargs, "depth": depth})
+        yield _scratch_model(model_name, **{**kwargs, "depth": depth})
 
 
 def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> dict[str, Any]:
@@ -116,10 +124,10 @@ def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> dic
     from .flops import forward_macs  # local: keeps this module importable alone
 
     with torch.device("meta"):
-        reference = timm.create_model(model_name, **kwargs)
+        reference = _scratch_model(model_name, **kwargs)
     depth = len(reference.blocks)
     if forward_macs(reference)["total"] * batch <= DIRECT_MEASURE_MAX_MACS:
-        model = timm.create_model(model_name, **kwargs)
+        model = _scratch_model(model_name, **kwargs)
         return dict(
             bytes=measure_activation_bytes(model, batch),
             method=(f"measured: one training forward of the whole model at batch {batch}"),

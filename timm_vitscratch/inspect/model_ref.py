@@ -45,7 +45,7 @@ def has_weights(ref: str) -> bool:
     return ref.startswith(PREFIXES) or Path(ref).is_dir() or bool(split_model_name_tag(ref)[1])
 
 
-def check_scratch_model(model: nn.Module, ref: str) -> nn.Module:
+def check_scratch_model(model: nn.Module, ref: str) -> VisionTransformer:
     """``model`` if it is one of ours; a ValueError naming what ``ref`` holds otherwise."""
     if not isinstance(model, VisionTransformer):
         architecture = getattr(model, "pretrained_cfg", {}).get("architecture", type(model).__name__)

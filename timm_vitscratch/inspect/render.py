@@ -247,7 +247,10 @@ def pretrained_table() -> str:
     header = ["tag", "weights", "classes", "input", "crop", "interp", "mean/std", "license", "top-1"]
     rows: list[list[str]] = []
     for name in sorted(pretrained_tags()):
-        cfg = get_pretrained_cfg(name).to_dict()  # what timm's registry holds, not the table
+        pretrained = get_pretrained_cfg(name)
+        if pretrained is None:  # pretrained_tags() lists the tags registered with timm
+            raise KeyError(f"timm has no pretrained cfg for {name!r}")
+        cfg = pretrained.to_dict()  # what timm's registry holds, not the table
         where = f"hf-hub:{cfg['hf_hub_id']}" if cfg.get("hf_hub_id") else cfg["url"].rsplit("/", 1)[-1]
         accuracy = top1(cfg)
         rows.append(

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from torch import nn
-
+from ..models import Block, VisionTransformer
 from ..models.architecture import describe_model
 from ..models.build import build_on_meta
 from ..models.model_args import check_architecture, check_option
@@ -60,7 +59,7 @@ def model_kwargs(num_classes: int | None = None, img_size: int | None = None) ->
     return kwargs
 
 
-def _describe(model: nn.Module, model_name: str, batch: int) -> dict[str, Any]:
+def _describe(model: VisionTransformer, model_name: str, batch: int) -> dict[str, Any]:
     arch = describe_model(model)
     embed = model.patch_embed
     return OrderedDict(
@@ -80,7 +79,7 @@ def _describe(model: nn.Module, model_name: str, batch: int) -> dict[str, Any]:
     )
 
 
-def _tally(model: nn.Module) -> dict[str, Any]:
+def _tally(model: VisionTransformer) -> dict[str, Any]:
     groups = param_breakdown(model)
     tally: dict[str, Any] = OrderedDict((key, groups[label]) for label, key in _TALLY_KEYS.items())
     blocks: list[dict[str, int]] = []
@@ -93,7 +92,7 @@ def _tally(model: nn.Module) -> dict[str, Any]:
     return tally
 
 
-def _analytic(model: nn.Module) -> dict[str, Any]:
+def _analytic(model: VisionTransformer) -> dict[str, Any]:
     h = model.embed_dim
     arch = describe_model(model)
     square = arch.img_size[0] == arch.img_size[1]
@@ -138,10 +137,12 @@ def _share(tally: dict[str, Any], macs: dict[str, int], true_count: int) -> dict
     )
 
 
-def _flops(model: nn.Module, batch: int) -> dict[str, Any]:
+def _flops(model: VisionTransformer, batch: int) -> dict[str, Any]:
     per_image = forward_macs(model)
+    first = model.blocks[0]
+    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     per_block = block_macs(
-        model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim, model.blocks[0].mlp.fc1.out_features
+        model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim, first.mlp.fc1.out_features
     )
     return OrderedDict(
         convention="MACs = multiply-adds of matrix products and the patch convolution; FLOPs = 2 x MACs "

@@ -6,9 +6,10 @@ model or imports torchvision or transformers, so ``models`` (the loader) and ``c
 reference models, verification and export) both build on it.
 """
 
-from .checkpoint import Checkpoint, StateDictCheckpoint, open_checkpoint
+from .checkpoint import Checkpoint, StateDictCheckpoint
 from .detect import LAYOUTS, SOURCE_NAMES, detect_layout
 from .layout import Layout, Resample
+from .reader import open_checkpoint
 
 __all__ = [
     "LAYOUTS",

@@ -54,7 +54,8 @@ def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
     return tensor
 
 
-def _resample_pos_embed(value: torch.Tensor, model: nn.Module, fmt: Layout) -> torch.Tensor:
+def _resample_pos_embed(value: torch.Tensor, model: Any, fmt: Layout) -> torch.Tensor:
+    # ``model``: our VisionTransformer, whose module imports this one, so the type cannot be named here
     from timm.layers import resample_abs_pos_embed
 
     prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ModelArgsError
-from ..layouts.checkpoint import safetensors_header
+from ..layouts.safetensors_file import safetensors_header
 
 #: bounds for sizes a file may ask for; the largest published ViTs (ViT-H, ViT-G, ViT-22B) fit inside
 MAX_DEPTH = 64

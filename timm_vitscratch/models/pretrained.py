@@ -107,7 +107,7 @@ def _paper(paper: tuple[str, str]) -> dict[str, str]:
 def timm_cfg(timm_name: str) -> dict[str, Any]:
     """A timm-repo tag: timm's own cfg for the weights (its Hub repo and preprocessing)."""
     source = get_pretrained_cfg(timm_name)
-    if source is None or not source.hf_hub_id:
+    if source is None or not source.hf_hub_id or source.tag is None:
         raise KeyError(f"timm has no Hub weights {timm_name!r}")
     paper, origin = _TIMM_ORIGINS[source.tag.split("_")[0].rstrip("0123456789")]
     return {
@@ -266,12 +266,11 @@ def _root_cause(error: BaseException) -> BaseException:
     from huggingface_hub.errors import HfHubHTTPError
 
     seen = {id(error)}
-    while (
-        not isinstance(error, HfHubHTTPError)
-        and (error.__cause__ or error.__context__) is not None
-        and id(error.__cause__ or error.__context__) not in seen
-    ):
-        error = error.__cause__ or error.__context__
+    while not isinstance(error, HfHubHTTPError):
+        cause = error.__cause__ or error.__context__
+        if cause is None or id(cause) in seen:
+            break
+        error = cause
         seen.add(id(error))
     return error
 

@@ -55,7 +55,7 @@ class ConcurrentWriteError(FileExistsError):
         )
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)
 
 
 # --- names -----------------------------------------------------------------------------------------

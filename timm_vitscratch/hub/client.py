@@ -46,12 +46,13 @@ from ..model_dir import (
 )
 from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+from ..models.vision_transformer import VisionTransformer
 from ..version import __version__
 from .cache import cache_dir_of, forget, remove_abandoned_downloads
 from .model_card import model_card
 
 #: who makes the requests, in each one's user-agent (``timm_vitscratch/<version>; hf_hub/...``)
-LIBRARY = {"library_name": "timm_vitscratch", "library_version": __version__}
+LIBRARY_NAME = "timm_vitscratch"
 README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
 _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
@@ -59,7 +60,7 @@ _COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 
 def hub_api(token: str | None = None) -> HfApi:
     """The ``HfApi`` every call here goes through: ``HF_ENDPOINT`` and ``HF_TOKEN`` as usual, and our user-agent."""
-    return HfApi(token=token, **LIBRARY)
+    return HfApi(token=token, library_name=LIBRARY_NAME, library_version=__version__)
 
 
 # --- push ------------------------------------------------------------------------------------------
@@ -89,7 +90,7 @@ def push(
     """
     if revision is not None and _COMMIT_ID.match(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
-    if labels is not None and not isinstance(labels, (list, tuple)):
+    if isinstance(labels, (str, os.PathLike)):  # a file or an image folder; a list or tuple holds the names
         try:  # before anything is built: a missing file is the first thing said
             labels = read_label_names(labels)
         except ModelDirectoryError as err:
@@ -208,6 +209,8 @@ def _open_regular(directory: Path, name: str) -> IO[bytes]:
 
 
 def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> list[str]:
+    if not isinstance(model, VisionTransformer):  # a model directory's architecture is always one of ours
+        raise TypeError(f"{label}: expected a scratch VisionTransformer, got {type(model).__name__}")
     try:
         return check_label_count(labels, model.num_classes)
     except ModelDirectoryError as err:
@@ -281,14 +284,29 @@ def _download(repo_id: str, revision: str | None, token: str | None, label: str)
     offline, where the Hub cannot be asked) :func:`check_model_directory` says what is wrong.
     """
     snapshot = Path(
-        snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(REPO_FILES), **LIBRARY)
+        snapshot_download(
+            repo_id,
+            revision=revision,
+            token=token,
+            allow_patterns=list(REPO_FILES),
+            library_name=LIBRARY_NAME,
+            library_version=__version__,
+        )
     )
     remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
     if _weights_as_recorded(snapshot):
         return snapshot
     damaged = _damaged_files(repo_id, snapshot, token)
     for name in damaged:
-        hf_hub_download(repo_id, name, revision=snapshot.name, token=token, force_download=True, **LIBRARY)
+        hf_hub_download(
+            repo_id,
+            name,
+            revision=snapshot.name,
+            token=token,
+            force_download=True,
+            library_name=LIBRARY_NAME,
+            library_version=__version__,
+        )
     damaged = _damaged_files(repo_id, snapshot, token) if damaged else {}
     if damaged:
         forget(repo_id, snapshot, damaged)  # never leave damaged bytes in the cache under the Hub's hash

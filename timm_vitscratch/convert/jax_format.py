@@ -23,9 +23,8 @@ from .source_format import (
     SourceFormat,
     round_parameters,
     timm_reference,
-    without_init,
 )
-from .timm_format import representation_head
+from .timm_format import representation_head, timm_vit
 
 
 def conv_to_flax(weight: torch.Tensor) -> torch.Tensor:
@@ -52,18 +51,7 @@ class JaxFormat(JaxLayout, SourceFormat):
         from timm.models.vision_transformer import VisionTransformer
 
         arch = spec.arch
-        model = without_init(
-            VisionTransformer,
-            img_size=spec.img_size,
-            patch_size=arch.patch_size,
-            in_chans=arch.in_chans,
-            num_classes=0 if arch.representation_size else arch.num_classes,
-            embed_dim=arch.embed_dim,
-            depth=arch.depth,
-            num_heads=arch.num_heads,
-            mlp_ratio=arch.mlp_ratio,
-            qkv_bias=True,
-        )
+        model = timm_vit(VisionTransformer, spec, qkv_bias=True)
         model.load_pretrained(str(checkpoint.path))
         round_parameters(model.eval(), spec.round_to)
         if not arch.representation_size:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..models.model_args import check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
 from .shape_inference import _constructor_defaults
 from .source_format import (
+    M,
     Reference,
     ReferenceSpec,
     SourceFormat,
@@ -204,18 +206,7 @@ class TimmFormat(TimmLayout, SourceFormat):
 
         arch = spec.arch
         cls = VisionTransformerDistilled if arch.distilled else VisionTransformer
-        model = without_init(
-            cls,
-            img_size=spec.img_size,
-            patch_size=arch.patch_size,
-            in_chans=arch.in_chans,
-            num_classes=0 if arch.representation_size else arch.num_classes,
-            embed_dim=arch.embed_dim,
-            depth=arch.depth,
-            num_heads=arch.num_heads,
-            mlp_ratio=arch.mlp_ratio,
-            **timm_options(arch),
-        )
+        model = timm_vit(cls, spec, **timm_options(arch))
         state_dict = checkpoint.state_dict()
         if not arch.options.get("init_values"):  # identity gammas the scratch model drops
             state_dict = {k: v for k, v in state_dict.items() if not LAYER_SCALE.match(k)}
@@ -245,6 +236,24 @@ class TimmFormat(TimmLayout, SourceFormat):
                 "has_logits model cannot be exported to it; export to torchvision or jax instead"
             )
         return {key: Rule.rename(key) for key in keys}
+
+
+def timm_vit(cls: Callable[..., M], spec: ReferenceSpec, **options: Any) -> M:
+    """timm's ``cls`` (a VisionTransformer) for ``spec``'s architecture, storage uninitialised; without a classifier
+    when the architecture has a representation layer, which timm's class no longer holds."""
+    arch = spec.arch
+    return without_init(
+        cls,
+        img_size=spec.img_size,
+        patch_size=arch.patch_size,
+        in_chans=arch.in_chans,
+        num_classes=0 if arch.representation_size else arch.num_classes,
+        embed_dim=arch.embed_dim,
+        depth=arch.depth,
+        num_heads=arch.num_heads,
+        mlp_ratio=arch.mlp_ratio,
+        **options,
+    )
 
 
 def timm_options(arch: Arch) -> dict[str, Any]:

@@ -1,12 +1,6 @@
-"""Hugging Face transformers ``ViTForImageClassification`` / ``ViTModel`` / ``DeiTForImageClassificationWithTeacher``.
-
-Two namings are read. Checkpoints on the Hub store the original names
-(``vit.encoder.layer.N.attention.attention.query``, ``attention.output.dense``,
-``intermediate.dense``, ``output.dense``); transformers 5 renames them when loading to its module
-names (``vit.layers.N.attention.q_proj`` … ``o_proj``, ``mlp.fc1``, ``mlp.fc2``). Separate q, k, v
-projections are stacked into our fused ``qkv``. A ``ViTModel`` pooler (Linear + Tanh on the class
-token) is our representation layer.
-"""
+"""Hugging Face transformers ViT and DeiT checkpoints: what conversion adds to their layout
+(:mod:`timm_vitscratch.layouts.transformers`): the config.json's hints, the reference model built by
+transformers itself, and the processor's preprocessing."""
 
 from __future__ import annotations
 

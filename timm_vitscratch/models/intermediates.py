@@ -7,7 +7,7 @@ models/naflex.py; both give their results in timm's forms through :func:`assembl
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -31,48 +31,47 @@ def take_indices(num_blocks: int, indices: int | list[int] | None) -> tuple[list
     return taken, max(taken)
 
 
+class Request(NamedTuple):
+    """What ``forward_intermediates`` was asked for (timm's arguments, the indices resolved)."""
+
+    indices: list[int]
+    max_index: int
+    return_prefix_tokens: bool
+    norm: bool
+    stop_early: bool
+    output_fmt: str
+    intermediates_only: bool
+    output_dict: bool
+
+
 def assemble(
+    request: Request,
     intermediates: list[torch.Tensor],
     prefix_tokens: list[torch.Tensor],
     final_features: Callable[[], torch.Tensor],
-    return_prefix_tokens: bool,
-    intermediates_only: bool,
-    output_dict: bool,
     extra: dict[str, Any] | None = None,
 ):
     """timm's result forms: ``(final, intermediates)``, the intermediates alone, or a dict
     (``'image_intermediates'``, ``'image_intermediates_prefix'``, ``'image_features'``, plus ``extra``);
     with ``return_prefix_tokens`` each intermediate is paired with its prefix tokens."""
-    with_prefix = return_prefix_tokens and bool(prefix_tokens) and prefix_tokens[0].shape[1] > 0
-    if output_dict:
+    with_prefix = request.return_prefix_tokens and bool(prefix_tokens) and prefix_tokens[0].shape[1] > 0
+    if request.output_dict:
         result: dict[str, Any] = {"image_intermediates": intermediates, **(extra or {})}
         if with_prefix:
             result["image_intermediates_prefix"] = prefix_tokens
-        if not intermediates_only:
+        if not request.intermediates_only:
             result["image_features"] = final_features()
         return result
     taken: list[Any] = list(zip(intermediates, prefix_tokens, strict=True)) if with_prefix else intermediates
-    return taken if intermediates_only else (final_features(), taken)
+    return taken if request.intermediates_only else (final_features(), taken)
 
 
-def forward_intermediates(
-    model: nn.Module,
-    x: torch.Tensor,
-    indices: list[int],
-    max_index: int,
-    return_prefix_tokens: bool,
-    norm: bool,
-    stop_early: bool,
-    output_fmt: str,
-    intermediates_only: bool,
-    output_dict: bool,
-    attn_mask: torch.Tensor | None = None,
-):
-    """Block outputs at ``indices`` of an image batch (B, C, H, W), split into patch and prefix tokens."""
-    wanted = set(indices)
+def forward_intermediates(model: nn.Module, x: torch.Tensor, request: Request, attn_mask: torch.Tensor | None = None):
+    """Block outputs of an image batch (B, C, H, W) at the requested indices, split into patch and prefix tokens."""
+    wanted = set(request.indices)
     batch, _, height, width = x.shape
     x = model._embed(x)
-    blocks = model.blocks[: max_index + 1] if stop_early else model.blocks
+    blocks = model.blocks[: request.max_index + 1] if request.stop_early else model.blocks
     kept = []
     for index, block in enumerate(blocks):
         if model.grad_checkpointing and torch.is_grad_enabled():
@@ -80,13 +79,10 @@ def forward_intermediates(
         else:
             x = block(x, attn_mask)
         if index in wanted:
-            kept.append(model.norm(x) if norm else x)
+            kept.append(model.norm(x) if request.norm else x)
     prefix = model.num_prefix_tokens
-    prefix_tokens = [y[:, :prefix] for y in kept]
     intermediates = [y[:, prefix:] for y in kept]
-    if output_fmt == "NCHW":
+    if request.output_fmt == "NCHW":
         grid_h, grid_w = model.patch_embed.dynamic_feat_size((height, width))
         intermediates = [y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
-    return assemble(
-        intermediates, prefix_tokens, lambda: model.norm(x), return_prefix_tokens, intermediates_only, output_dict
-    )
+    return assemble(request, intermediates, [y[:, :prefix] for y in kept], lambda: model.norm(x))

@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import NaFlexBatchError
-from .intermediates import assemble
+from .intermediates import Request, assemble
 from .layers import sincos_2d_pos_embed
 from .naflex_batch import NaFlexBatch, exporting, shape_text
 from .packing import PackedSegments
@@ -319,20 +319,9 @@ def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, p
     return head_per_image(model, x[keep][None], lengths, pre_logits)
 
 
-def forward_intermediates(
-    model: nn.Module,
-    batch: NaFlexBatch,
-    take_indices: list[int],
-    max_index: int,
-    return_prefix_tokens: bool,
-    norm: bool,
-    stop_early: bool,
-    output_fmt: str,
-    intermediates_only: bool,
-    output_dict: bool,
-):
+def forward_intermediates(model: nn.Module, batch: NaFlexBatch, request: Request):
     """timm's NaFlex ``forward_intermediates``: NLC block outputs in the batch's padded layout (grids vary per image)."""
-    if output_fmt != "NLC":
+    if request.output_fmt != "NLC":
         raise NaFlexBatchError(
             "patches",
             "forward_intermediates of a NaFlex batch gives tokens only: pass "
@@ -340,16 +329,14 @@ def forward_intermediates(
         )
     prefix = model.num_prefix_tokens
     packed = pack(model, batch)
-    blocks = model.blocks[: max_index + 1] if stop_early else model.blocks
-    x, kept = run_blocks(model, packed, blocks, set(take_indices), norm)
+    blocks = model.blocks[: request.max_index + 1] if request.stop_early else model.blocks
+    x, kept = run_blocks(model, packed, blocks, set(request.indices), request.norm)
     padded = [unpack(packed, y, prefix) for y in kept]
     return assemble(
+        request,
         [y[:, prefix:] for y in padded],
         [y[:, :prefix] for y in padded],
         lambda: unpack(packed, model.norm(x), prefix),
-        return_prefix_tokens,
-        intermediates_only,
-        output_dict,
         extra={"patch_valid": batch.patch_valid},
     )
 

@@ -735,32 +735,13 @@ class VisionTransformer(nn.Module):
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = intermediates.take_indices(len(self.blocks), indices)
-        if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-            return naflex.forward_intermediates(
-                self,
-                naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord),
-                take_indices,
-                max_index,
-                return_prefix_tokens,
-                norm,
-                stop_early,
-                output_fmt,
-                intermediates_only,
-                output_dict,
-            )
-        return intermediates.forward_intermediates(
-            self,
-            x,
-            take_indices,
-            max_index,
-            return_prefix_tokens,
-            norm,
-            stop_early,
-            output_fmt,
-            intermediates_only,
-            output_dict,
-            attn_mask,
+        request = intermediates.Request(
+            take_indices, max_index, return_prefix_tokens, norm, stop_early, output_fmt, intermediates_only, output_dict
         )
+        if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
+            batch = naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord)
+            return naflex.forward_intermediates(self, batch, request)
+        return intermediates.forward_intermediates(self, x, request, attn_mask)
 
     @torch.jit.ignore
     def get_intermediate_layers(

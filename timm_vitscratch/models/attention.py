@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_tf_
 from torch import nn
 
-from .layers import DEFAULT_NORM_LAYER, Mlp, NormLayer
+from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
 from .packing import PackedSegments
 
 ATTN_IMPLS = ("sdpa", "eager")
@@ -78,7 +78,7 @@ class Attention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dd = {"device": device, "dtype": dtype}
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
         if num_heads < 1 or dim % num_heads:
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
         self.num_heads = num_heads
@@ -191,7 +191,7 @@ class AttentionPool(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dd = {"device": device, "dtype": dtype}
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
         dim = in_features
         if dim % num_heads:
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .attention import Attention
-from .layers import DEFAULT_NORM_LAYER, DropPath, LayerScale, Mlp, NormLayer
+from .layers import DEFAULT_NORM_LAYER, DropPath, FactoryKwargs, LayerScale, Mlp, NormLayer
 
 
 class Block(nn.Module):
@@ -35,7 +35,7 @@ class Block(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dd = {"device": device, "dtype": dtype}
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
         self.norm1 = norm_layer(dim, **dd)
         self.attn = Attention(
             dim,

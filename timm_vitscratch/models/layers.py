@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 from timm.layers import LayerNorm as TimmLayerNorm
@@ -24,6 +24,13 @@ ActLayer = str | type[nn.Module] | Callable[[], nn.Module]
 NormLayer = Callable[..., nn.Module]
 #: timm's LayerNorm eps (``timm.layers.LayerNorm``, the norm of timm's ViT)
 DEFAULT_NORM_EPS = 1e-6
+
+
+class FactoryKwargs(TypedDict):
+    """timm's ``dd``: the device and dtype a layer makes its tensors with, passed on to its sublayers."""
+
+    device: torch.device | str | None
+    dtype: torch.dtype | None
 
 
 def resolve_act_layer(act_layer: ActLayer | None) -> Callable[[], nn.Module]:
@@ -142,7 +149,7 @@ class Mlp(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dd = {"device": device, "dtype": dtype}
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
         hidden_features = hidden_features or in_features
         self.fc1 = nn.Linear(in_features, hidden_features, bias=bias, **dd)
         self.act = act_layer()
@@ -213,7 +220,7 @@ def sincos_2d_pos_embed(
     dim: int,
     num_prefix_tokens: int = 0,
     temperature: float = 10000.0,
-    device: torch.device | None = None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Fixed 2-D sine-cosine position embedding, (1, prefix + H*W, dim); prefix tokens get zeros."""
     if dim % 4:

@@ -19,6 +19,7 @@ from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
     DEFAULT_NORM_EPS,
     ActLayer,
+    FactoryKwargs,
     PatchDropout,
     layer_norm,
     resolve_act_layer,
@@ -167,7 +168,7 @@ class VisionTransformer(nn.Module):
             dtype: dtype of the tensors (timm's factory argument).
         """
         super().__init__()
-        dd = {"device": device, "dtype": dtype}
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
         self._check_args(
             num_classes,
             depth,
@@ -205,7 +206,7 @@ class VisionTransformer(nn.Module):
         self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
         self.grad_checkpointing = False
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
-        self.load_device = None  # a torch.device or None
+        self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
         # CLIP-style pre-norm models have no patch bias (timm's convention)

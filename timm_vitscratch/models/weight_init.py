@@ -42,7 +42,7 @@ def _own_init(module: nn.Module, needs_reset: bool) -> None:
         reset_parameters(module, "", needs_reset)
 
 
-def _zero_bias(linear: nn.Module) -> None:
+def _zero_bias(linear: nn.Linear | nn.Conv2d) -> None:
     if linear.bias is not None:
         nn.init.zeros_(linear.bias)
 

@@ -220,7 +220,7 @@ def sincos_2d_pos_embed(
     dim: int,
     num_prefix_tokens: int = 0,
     temperature: float = 10000.0,
-    device: torch.device | str | None = None,
+    device: torch.device | None = None,
 ) -> torch.Tensor:
     """Fixed 2-D sine-cosine position embedding, (1, prefix + H*W, dim); prefix tokens get zeros."""
     if dim % 4:

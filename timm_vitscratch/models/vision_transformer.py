@@ -342,7 +342,8 @@ class VisionTransformer(nn.Module):
         return self.patch_embed.num_patches + self.pos_prefix_tokens
 
     def _sincos_table(self, device: str | torch.device | None = None) -> torch.Tensor:
-        return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, self.pos_prefix_tokens, device=device)
+        where = torch.device(device) if device is not None else None
+        return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, self.pos_prefix_tokens, device=where)
 
     def _make_head(
         self, num_classes: int, device: str | torch.device | None = None, dtype: torch.dtype | None = None

@@ -1,7 +1,10 @@
 """The model zoo: layers, the Vision Transformer, the registered variants and their pretrained cfgs."""
 
+from .attention import Attention
+from .block import Block
 from .checkpoint_filter import checkpoint_filter_fn
-from .layers import Attention, Block, DropPath, Mlp, PatchEmbed
+from .layers import DropPath, Mlp
+from .patch_embed import PatchEmbed
 from .variants import ARCHITECTURES
 from .vision_transformer import VisionTransformer
 

@@ -11,10 +11,9 @@ from typing import Any
 
 from torch import nn
 
-from .layers import to_2tuple
+from .layers import DEFAULT_NORM_EPS, to_2tuple
 
 Shape = tuple[int, ...]
-DEFAULT_NORM_EPS = 1e-6
 
 
 @dataclass
@@ -103,5 +102,5 @@ def describe_model(model: nn.Module) -> Arch:
         representation_size=pre_logits.fc.out_features if hasattr(pre_logits, "fc") else None,
         distilled=bool(getattr(model, "distilled", False)),
         mlp_hidden=model.blocks[0].mlp.fc1.out_features,
-        norm_eps=getattr(model.norm, "eps", DEFAULT_NORM_EPS),
+        norm_eps=model.blocks[0].norm1.eps,  # every norm has the one eps; ``norm`` is an Identity under fc_norm
     )

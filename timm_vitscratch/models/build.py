@@ -8,7 +8,8 @@ import timm
 import torch
 from torch import nn
 
-from .vision_transformer import VisionTransformer, _default_device
+from .storage import default_device
+from .vision_transformer import VisionTransformer
 
 
 def build_on_meta(model_name: str, **kwargs: Any) -> nn.Module:
@@ -21,17 +22,13 @@ def build_on_meta(model_name: str, **kwargs: Any) -> nn.Module:
 
 
 def _construct_on_meta(kwargs: dict[str, Any]) -> tuple[VisionTransformer, torch.device | None]:
-    """Build on ``meta`` with timm's ``dtype`` applied; return the model and the ``device`` asked for.
+    """Build on ``meta`` in timm's ``dtype``; return the model and the ``device`` asked for.
 
-    timm's ``device`` / ``dtype`` factory arguments are taken out of ``kwargs``: the model is always
-    built without storage, and the caller decides where its tensors go.
+    timm's ``device`` factory argument is taken out of ``kwargs``: the model is always built
+    without storage, and the caller decides where its tensors go.
     """
     device = kwargs.pop("device", None)
-    dtype = kwargs.pop("dtype", None)
-    with torch.device("meta"):
-        model = VisionTransformer(**kwargs)
-    if dtype is not None:
-        model.to(dtype=dtype)
+    model = VisionTransformer(**kwargs, device="meta")
     return model, (torch.device(device) if device is not None else None)
 
 
@@ -50,12 +47,12 @@ def empty_model(**kwargs: Any) -> VisionTransformer:
 def initialised_model(**kwargs: Any) -> VisionTransformer:
     """A ``VisionTransformer`` on ``device`` (default: the current default device), initialised once.
 
-    Built on ``meta`` and then materialised, so the layers' default init (which ``init_weights``
-    overwrites anyway) never runs. On a ``meta`` device (``device="meta"`` or under
+    Built on ``meta`` and then materialised, so each tensor is initialised once, by the model's
+    scheme (the layers' constructor defaults, which timm draws and then overwrites, never run). On a ``meta`` device (``device="meta"`` or under
     ``with torch.device("meta")``) the model stays without storage.
     """
     model, device = _construct_on_meta(kwargs)
-    device = device if device is not None else _default_device()
+    device = device if device is not None else default_device()
     if device.type != "meta":
         model.materialize(device)
     return model

@@ -1,9 +1,8 @@
 """Native resolution: timm's NaFlex batches through the Vision Transformer, packed so that padding costs nothing.
 
-A NaFlex batch (timm's ``create_naflex_loader`` and ``NaFlexCollator``) holds each image at its own
-size as a sequence of flattened patches: ``patches`` (B, N, P*P*C), ``patch_coord`` (B, N, 2), the
-(row, column) of each patch in its image's grid, and ``patch_valid`` (B, N), False where the
-collator padded. timm's ``NaFlexVit`` computes every padded position and masks it out.
+A NaFlex batch (read and checked by models/naflex_batch.py) holds each image at its own size as a
+sequence of flattened patches, padded to one length. timm's ``NaFlexVit`` computes every padded
+position and masks it out.
 
 Here the valid patches of all images are packed into one sequence (models/packing.py): the patch
 projection, norms and MLPs run on real tokens only, attention runs per image, and each image's
@@ -20,7 +19,6 @@ the path ``torch.export`` and ONNX take (chosen automatically while exporting).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -30,174 +28,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import NaFlexBatchError
+from .intermediates import Request, assemble
 from .layers import sincos_2d_pos_embed
+from .naflex_batch import NaFlexBatch, exporting, shape_text
 from .packing import PackedSegments
 
+
 #: the entries of timm's NaFlex batch the model reads (the collator's ``seq_len`` is ignored)
-BATCH_KEYS = ("patches", "patch_coord", "patch_valid")
-
-
-class NaFlexBatch(NamedTuple):
-    """A checked NaFlex batch: flat patches (B, N, P*P*C) in the model's layout, coordinates, validity."""
-
-    patches: torch.Tensor
-    patch_coord: torch.Tensor
-    patch_valid: torch.Tensor
-    attn_mask: torch.Tensor | None
-    patch_size: tuple[int, int]
-
-
-def is_naflex_call(x: Any, patch_coord: torch.Tensor | None, patch_valid: torch.Tensor | None) -> bool:
-    """True for a NaFlex batch: a dict, or patches given with their coordinates / validity.
-
-    Under FX tracing every argument is a placeholder: that traces the image path.
-    """
-    if isinstance(x, torch.fx.Proxy):
-        return False
-    return isinstance(x, Mapping) or patch_coord is not None or patch_valid is not None
-
-
-def _exporting() -> bool:
-    return torch.compiler.is_exporting()
-
-
-# --- reading and checking the batch ------------------------------------------------------------
-@torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
-def read_batch(
-    model: nn.Module,
-    x: Any,
-    attn_mask: torch.Tensor | None = None,
-    patch_valid: torch.Tensor | None = None,
-    patch_coord: torch.Tensor | None = None,
-) -> NaFlexBatch:
-    """The batch from a dict (its entries win, as in timm) or from tensors given as arguments.
-
-    timm's ``NaFlexVit.forward(patches, patch_coord, patch_valid)`` order works positionally: a
-    tensor of patches followed by its coordinates fills the model's second parameter
-    (``attn_mask`` for images), which then holds the coordinates.
-    """
-    if isinstance(x, Mapping):
-        missing = [
-            key
-            for key in BATCH_KEYS
-            if key not in x
-            and not (key == "patch_coord" and patch_coord is not None)
-            and not (key == "patch_valid" and patch_valid is not None)
-        ]
-        if missing:
-            raise NaFlexBatchError(
-                missing[0], f"missing; a NaFlex batch holds {_expected_fields(model)} (got keys {sorted(map(str, x))})"
-            )
-        patches = x["patches"]
-        patch_coord = x.get("patch_coord", patch_coord)
-        patch_valid = x.get("patch_valid", patch_valid)
-        attn_mask = x.get("attn_mask", attn_mask)
-    else:
-        patches = x
-        if patch_coord is None:  # NaFlexVit's positional order: (patches, patch_coord, patch_valid)
-            patch_coord, attn_mask = attn_mask, None
-        for key, value in (("patch_coord", patch_coord), ("patch_valid", patch_valid)):
-            if value is None:
-                raise NaFlexBatchError(key, f"missing; a NaFlex batch holds {_expected_fields(model)}")
-    return check_batch(model, patches, patch_coord, patch_valid, attn_mask)
-
-
-def _expected_fields(model: nn.Module) -> str:
-    ph, pw = model.patch_embed.patch_size
-    return (
-        f"'patches' (batch, N, {ph * pw * model.in_chans}) = (batch, N, {ph}*{pw}*{model.in_chans}), "
-        f"'patch_coord' (batch, N, 2) integer (row, column) and 'patch_valid' (batch, N) bool"
-    )
-
-
-def _shape(t: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in t.shape) + ")"
-
-
-def check_batch(
-    model: nn.Module, patches: Any, patch_coord: Any, patch_valid: Any, attn_mask: torch.Tensor | None
-) -> NaFlexBatch:
-    """Check every entry's type, shape and values; raise ``NaFlexBatchError`` naming the field."""
-    for key, value in (("patches", patches), ("patch_coord", patch_coord), ("patch_valid", patch_valid)):
-        if not isinstance(value, torch.Tensor):
-            raise NaFlexBatchError(key, f"expected a tensor, got {type(value).__name__}")
-    patches, patch_size = _flat_patches(model, patches)
-    batch, seq = patches.shape[:2]
-    if tuple(patch_coord.shape) != (batch, seq, 2):
-        raise NaFlexBatchError(
-            "patch_coord",
-            f"expected shape (batch, N, 2) = ({batch}, {seq}, 2) of (row, column) per patch, got {_shape(patch_coord)}",
-        )
-    if patch_coord.is_floating_point() or patch_coord.is_complex() or patch_coord.dtype == torch.bool:
-        raise NaFlexBatchError(
-            "patch_coord", f"expected integer (row, column) grid positions (torch.int64), got {patch_coord.dtype}"
-        )
-    if tuple(patch_valid.shape) != (batch, seq):
-        raise NaFlexBatchError(
-            "patch_valid", f"expected shape (batch, N) = ({batch}, {seq}), got {_shape(patch_valid)}"
-        )
-    if patch_valid.dtype != torch.bool:
-        if patch_valid.is_floating_point() or patch_valid.is_complex():
-            raise NaFlexBatchError("patch_valid", f"expected bool (True = a real patch), got {patch_valid.dtype}")
-        patch_valid = patch_valid != 0
-    if attn_mask is not None:
-        tokens = model.num_prefix_tokens + seq
-        heads = model.blocks[0].attn.num_heads if len(model.blocks) else 1
-        if (
-            not isinstance(attn_mask, torch.Tensor)
-            or attn_mask.dim() != 4
-            or attn_mask.shape[0] != batch
-            or attn_mask.shape[1] not in (1, heads)
-            or tuple(attn_mask.shape[2:]) != (tokens, tokens)
-        ):
-            got = _shape(attn_mask) if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
-            raise NaFlexBatchError(
-                "attn_mask",
-                f"expected shape (batch, 1, prefix + N, prefix + N) = ({batch}, 1, {tokens}, {tokens}), got {got}",
-            )
-    if not _exporting():  # values: checks that read the data (torch.export traces shapes only)
-        empty = (~patch_valid.any(dim=1)).nonzero().flatten().tolist()
-        if empty:
-            raise NaFlexBatchError(
-                "patch_valid",
-                f"image {empty[0]} of the batch has no valid patch; every image "
-                f"needs at least one True in its row of (batch, N)",
-            )
-        if bool((patch_coord[patch_valid] < 0).any()):
-            raise NaFlexBatchError(
-                "patch_coord",
-                "holds a negative coordinate at a valid patch; expected (row, column) >= 0 in the image's patch grid",
-            )
-    return NaFlexBatch(patches, patch_coord.long(), patch_valid, attn_mask, patch_size)
-
-
-def _flat_patches(model: nn.Module, patches: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-    """(B, N, P*P*C) as given, or (B, N, Ph, Pw, C) / (B, N, C, Ph, Pw) (timm's variable patch size) flattened."""
-    channels, (ph, pw) = model.in_chans, model.patch_embed.patch_size
-    channels_last = model.patchify_channels_last
-    if patches.dim() == 3:
-        if patches.shape[2] != ph * pw * channels:
-            raise NaFlexBatchError(
-                "patches",
-                f"expected (batch, N, P*P*C) = (batch, N, {ph * pw * channels}) for "
-                f"patch size ({ph}, {pw}) and {channels} channels, got "
-                f"{_shape(patches)}; for other patch sizes pass (batch, N, Ph, Pw, C)",
-            )
-        return patches, (ph, pw)
-    if patches.dim() == 5:
-        size = tuple(patches.shape[2:4]) if channels_last else tuple(patches.shape[3:5])
-        chans = patches.shape[4] if channels_last else patches.shape[2]
-        if chans != channels:
-            layout = "(batch, N, Ph, Pw, C)" if channels_last else "(batch, N, C, Ph, Pw)"
-            raise NaFlexBatchError("patches", f"expected {layout} with C = {channels}, got {_shape(patches)}")
-        return patches.flatten(2), (int(size[0]), int(size[1]))
-    raise NaFlexBatchError(
-        "patches",
-        f"expected (batch, N, P*P*C) = (batch, N, {ph * pw * channels}) flattened "
-        f"patches, or (batch, N, Ph, Pw, C) for another patch size, got {_shape(patches)}",
-    )
-
-
 # --- embedding: patch projection and position embeddings -----------------------------------------
 @functools.lru_cache(maxsize=32)
 def _resize_pinv(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
@@ -236,8 +73,7 @@ def _patch_pos_table(model: nn.Module) -> torch.Tensor | None:
     """The learned table's patch part, (1, H0*W0, D); None without a learned table."""
     if model.pos_embed is None or model.sincos_pos_embed:
         return None
-    prefix = 0 if model.no_embed_class else model.num_prefix_tokens
-    return model.pos_embed[:, prefix:]
+    return model.pos_embed[:, model.pos_prefix_tokens :]
 
 
 def _prefix_tokens(model: nn.Module) -> torch.Tensor | None:
@@ -444,7 +280,7 @@ def head_per_image(
 
 def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
     """Logits (B, classes) of a NaFlex batch, packed."""
-    if _exporting() or not model.naflex_packed:
+    if exporting() or not model.naflex_packed:
         return forward_padded(model, batch)
     packed = pack(model, batch)
     x, _ = run_blocks(model, packed)
@@ -456,7 +292,7 @@ def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
 
 def forward_features(model: nn.Module, batch: NaFlexBatch) -> dict[str, torch.Tensor]:
     """timm's NaFlex ``forward_features``: ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}`` (zeros at padding)."""
-    if _exporting() or not model.naflex_packed:
+    if exporting() or not model.naflex_packed:
         keep = torch.cat(
             [batch.patch_valid.new_ones(batch.patch_valid.shape[0], model.num_prefix_tokens), batch.patch_valid], dim=1
         )
@@ -473,9 +309,9 @@ def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, p
         raise NaFlexBatchError(
             "patch_valid",
             f"expected (batch, N) = ({x.shape[0]}, {x.shape[1] - model.num_prefix_tokens}) "
-            f"for features {_shape(x)}, got {_shape(patch_valid)}",
+            f"for features {shape_text(x)}, got {shape_text(patch_valid)}",
         )
-    if _exporting() or (model.global_pool == "" and model.attn_pool is None):
+    if exporting() or (model.global_pool == "" and model.attn_pool is None):
         return _head_padded(model, x, patch_valid.bool(), pre_logits)
     prefix = model.num_prefix_tokens
     keep = torch.cat([patch_valid.new_ones(x.shape[0], prefix, dtype=torch.bool), patch_valid.bool()], dim=1)
@@ -483,20 +319,9 @@ def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, p
     return head_per_image(model, x[keep][None], lengths, pre_logits)
 
 
-def forward_intermediates(
-    model: nn.Module,
-    batch: NaFlexBatch,
-    take_indices: list[int],
-    max_index: int,
-    return_prefix_tokens: bool,
-    norm: bool,
-    stop_early: bool,
-    output_fmt: str,
-    intermediates_only: bool,
-    output_dict: bool,
-):
+def forward_intermediates(model: nn.Module, batch: NaFlexBatch, request: Request):
     """timm's NaFlex ``forward_intermediates``: NLC block outputs in the batch's padded layout (grids vary per image)."""
-    if output_fmt != "NLC":
+    if request.output_fmt != "NLC":
         raise NaFlexBatchError(
             "patches",
             "forward_intermediates of a NaFlex batch gives tokens only: pass "
@@ -504,23 +329,16 @@ def forward_intermediates(
         )
     prefix = model.num_prefix_tokens
     packed = pack(model, batch)
-    blocks = model.blocks[: max_index + 1] if stop_early else model.blocks
-    x, kept = run_blocks(model, packed, blocks, set(take_indices), norm)
+    blocks = model.blocks[: request.max_index + 1] if request.stop_early else model.blocks
+    x, kept = run_blocks(model, packed, blocks, set(request.indices), request.norm)
     padded = [unpack(packed, y, prefix) for y in kept]
-    prefix_tokens = [y[:, :prefix] for y in padded]
-    intermediates = [y[:, prefix:] for y in padded]
-    if output_dict:
-        result: dict[str, Any] = {"image_intermediates": intermediates, "patch_valid": batch.patch_valid}
-        if return_prefix_tokens and prefix:
-            result["image_intermediates_prefix"] = prefix_tokens
-        if not intermediates_only:
-            result["image_features"] = unpack(packed, model.norm(x), prefix)
-        return result
-    if return_prefix_tokens and prefix:
-        intermediates = list(zip(intermediates, prefix_tokens, strict=False))
-    if intermediates_only:
-        return intermediates
-    return unpack(packed, model.norm(x), prefix), intermediates
+    return assemble(
+        request,
+        [y[:, prefix:] for y in padded],
+        [y[:, :prefix] for y in padded],
+        lambda: unpack(packed, model.norm(x), prefix),
+        extra={"patch_valid": batch.patch_valid},
+    )
 
 
 # --- the padded path (torch.export, ONNX) ----------------------------------------------------------

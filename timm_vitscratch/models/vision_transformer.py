@@ -1,64 +1,38 @@
 """The Vision Transformer: timm's ``VisionTransformer`` options and model hooks, plus DeiT distillation
 and ImageNet-21k "has_logits"."""
 
-import itertools
-import math
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, ClassVar
 
 import torch
-from timm.layers import resample_abs_pos_embed, use_fused_attn
+from timm.layers import resample_abs_pos_embed, trunc_normal_, use_fused_attn
 from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
 from ..private_api import record_input_size
-from . import naflex
+from . import intermediates, naflex, naflex_batch, storage
+from .attention import AttentionPool, check_attn_impl
+from .block import Block
 from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
-    WEIGHT_INITS,
+    DEFAULT_NORM_EPS,
     ActLayer,
-    AttentionPool,
-    Block,
+    FactoryKwargs,
     PatchDropout,
-    PatchEmbed,
-    check_attn_impl,
-    init_layer_tensor,
-    norm_layer_eps,
-    normal_init_,
+    layer_norm,
     resolve_act_layer,
+    resolve_norm_eps,
     sincos_2d_pos_embed,
 )
+from .patch_embed import PatchEmbed
+from .weight_init import apply_init, check_weight_init, scheme
 
 GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
 POS_EMBEDS = ("learn", "sincos", "none", "")
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
-#: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``); loaded tensors are kept at it.
-CPU_ALIGNMENT = 64
-
-
-def _default_device() -> torch.device:
-    """The device factory functions use now (honours ``with torch.device(...)``)."""
-    return torch.empty(0).device
-
-
-def _take_indices(num_blocks: int, indices: int | list[int] | None) -> tuple[list[int], int]:
-    """timm's index convention: None = all blocks, int n = the last n, a list = those (negative ok)."""
-    if indices is None:
-        indices = num_blocks
-    if isinstance(indices, int):
-        if not 0 < indices <= num_blocks:
-            raise ValueError(f"indices={indices} must be between 1 and the number of blocks ({num_blocks})")
-        taken = list(range(num_blocks - indices, num_blocks))
-    else:
-        taken = []
-        for index in indices:
-            if not -num_blocks <= index < num_blocks:
-                raise ValueError(f"block index {index} is out of range for {num_blocks} blocks")
-            taken.append(index % num_blocks)
-    return taken, max(taken)
 
 
 def _is_fx_proxy(x: torch.Tensor) -> bool:
@@ -88,16 +62,8 @@ class VisionTransformer(nn.Module):
     """ViT of Dosovitskiy et al. 2020 with timm's options and DeiT's optional distillation token.
 
     The constructor takes timm's ``VisionTransformer`` arguments with timm's names, defaults and
-    meaning (docs/models.md lists them), plus: ``representation_size`` (the ImageNet-21k
-    "pre-logits" Linear + Tanh before the head), ``distilled`` (a distillation token and
-    ``head_dist``; in training with ``distilled_training`` the forward returns
-    ``(head, head_dist)``, otherwise their mean), ``pos_embed='sincos'`` (a fixed table),
-    ``attn_impl`` (``'sdpa'`` or ``'eager'``; default: timm's ``use_fused_attn()``),
-    ``norm_eps``, ``pooled_forward``, ``patchify_channels_last`` (the flat layout of NaFlex patches:
-    row, column, channel as timm's loader makes them; False = channel, row, column) and timm's
-    ``device`` / ``dtype`` factory arguments.
-
-    NaFlex batches (``model(batch_dict)``, docs/native_resolution.md) run packed: models/naflex.py.
+    meaning, plus a few of its own (see ``__init__``). NaFlex batches (``model(batch_dict)``,
+    docs/native_resolution.md) run packed: models/naflex.py.
 
     ``forward`` computes what timm's does, module by module, so forward and backward hooks see
     timm's tensors. ``pooled_forward=True`` (or ``set_pooled_forward()``) opts into a faster
@@ -107,6 +73,8 @@ class VisionTransformer(nn.Module):
     """
 
     dynamic_img_size: Final[bool]
+    #: for the weight-init schemes: the classifiers ('jax' zeroes them and sets the head bias)
+    init_roles: ClassVar[dict[str, str]] = {"head": "head", "head_dist": "head"}
 
     def __init__(
         self,
@@ -147,13 +115,60 @@ class VisionTransformer(nn.Module):
         distilled: bool = False,
         distilled_training: bool = False,
         attn_impl: str | None = None,
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
         pooled_forward: bool = False,
         patchify_channels_last: bool = True,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        """Build the model where ``device`` / ``dtype`` say, initialised by ``weight_init`` (on ``meta``: not at all).
+
+        Args:
+            img_size: Input image size, an int or (height, width).
+            patch_size: Patch size, an int or (height, width).
+            in_chans: Number of input image channels.
+            num_classes: Classes of the classifier head; 0 gives no head (pooled features).
+            global_pool: Pooling before the head: 'token', 'avg', 'avgmax', 'max', 'map' (attention pool) or ''.
+            embed_dim: Token width.
+            depth: Number of transformer blocks.
+            num_heads: Attention heads per block.
+            mlp_ratio: MLP hidden width as a multiple of embed_dim.
+            qkv_bias: Bias on the qkv projection.
+            qk_norm: LayerNorm on queries and keys, per head.
+            proj_bias: Bias on the attention output projection and the MLP layers.
+            init_values: LayerScale initial value; None leaves LayerScale out.
+            class_token: Prepend a learned class token.
+            pos_embed: Position embedding: 'learn', 'sincos' (a fixed table) or 'none' / ''.
+            no_embed_class: Position embeddings for the patch tokens only, not the prefix tokens.
+            reg_tokens: Number of register tokens.
+            pre_norm: LayerNorm after the embedding, before the blocks (CLIP); also drops the patch bias.
+            final_norm: LayerNorm after the blocks (or after pooling, with fc_norm).
+            fc_norm: Final norm after pooling instead of before; None: on for 'avg', 'avgmax', 'max'.
+            pool_include_prefix: Pooling includes the prefix tokens.
+            dynamic_img_size: Accept any image size, resampling the position table to it.
+            dynamic_img_pad: Pad images up to a multiple of the patch size.
+            drop_rate: Dropout before the head.
+            pos_drop_rate: Dropout after adding position embeddings.
+            patch_drop_rate: Share of patch tokens dropped in training.
+            proj_drop_rate: Dropout after the attention projection and in the MLP.
+            attn_drop_rate: Dropout on the attention weights.
+            drop_path_rate: Stochastic depth, rising linearly to this rate at the last block.
+            weight_init: Init scheme: '' (timm's), 'jax', 'jax_nlhb', 'moco', 'reset' or 'skip' (models/weight_init.py).
+            norm_layer: timm's norm layer argument, a LayerNorm kind; sets the eps of every norm.
+            act_layer: MLP activation: a name timm knows or a module class; None is GELU.
+            qk_scale: Attention scale; None is head_dim ** -0.5.
+            representation_size: Width of the ImageNet-21k pre-logits layer (Linear + Tanh); None leaves it out.
+            distilled: Add DeiT's distillation token and head_dist.
+            distilled_training: In training, return (head, head_dist) logits instead of their mean.
+            attn_impl: 'sdpa' or 'eager'; None follows timm's use_fused_attn().
+            norm_eps: eps of every LayerNorm as a number (what a config.json records); see resolve_norm_eps.
+            pooled_forward: Opt into the pooled-token forward (the last block for the pooled tokens only).
+            patchify_channels_last: Flat NaFlex patches are (row, column, channel), as timm's loader makes them.
+            device: Where the tensors are made (timm's factory argument); 'meta' builds without storage.
+            dtype: dtype of the tensors (timm's factory argument).
+        """
         super().__init__()
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
         self._check_args(
             num_classes,
             depth,
@@ -168,12 +183,7 @@ class VisionTransformer(nn.Module):
             reg_tokens,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
-        # timm's norm_layer (a LayerNorm kind) sets the eps of every norm; norm_eps says the same thing
-        if norm_layer is not None:
-            layer_eps = norm_layer_eps(norm_layer)
-            if norm_eps not in (1e-6, layer_eps):
-                raise ValueError(f"norm_layer has eps {layer_eps:g} but norm_eps is {norm_eps:g}; pass one of them")
-            norm_eps = layer_eps
+        norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
         mlp_act = resolve_act_layer(act_layer)
         self.num_classes = num_classes
         self.global_pool = global_pool
@@ -192,39 +202,44 @@ class VisionTransformer(nn.Module):
         # NaFlex batches: the flat patch layout, and packed (True) or timm's padded layout (export takes that)
         self.patchify_channels_last = patchify_channels_last
         self.naflex_packed = True
-        self.weight_init_mode = weight_init
+        # as timm: 'skip' builds without the init pass, and later inits are torch's layer defaults
+        self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
         self.grad_checkpointing = False
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
-        self.load_device = None  # a torch.device or None
+        self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
         # CLIP-style pre-norm models have no patch bias (timm's convention)
         # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
         self.patch_embed = PatchEmbed(
-            img_size,
-            patch_size,
-            in_chans,
-            embed_dim,
+            img_size=img_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            embed_dim=embed_dim,
             bias=not pre_norm,
             strict_img_size=not dynamic_img_size,
             dynamic_img_pad=dynamic_img_pad,
             output_fmt="NHWC" if dynamic_img_size else None,
+            **dd,
         )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
-        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distilled else None
-        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim)) if reg_tokens else None
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if distilled else None
+        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim, **dd)) if reg_tokens else None
         self.sincos_pos_embed = pos_embed == "sincos"
         if pos_embed == "learn":
-            self.pos_embed = nn.Parameter(torch.zeros(1, self._pos_embed_len(), embed_dim))
+            self.pos_embed = nn.Parameter(torch.zeros(1, self._pos_embed_len(), embed_dim, **dd))
         elif pos_embed == "sincos":
-            self.register_buffer("pos_embed", self._sincos_table(), persistent=False)
+            table = self._sincos_table(device)
+            self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
         else:
             self.pos_embed = None
         self.pos_drop = nn.Dropout(pos_drop_rate)
         self.patch_drop = (
-            PatchDropout(patch_drop_rate, self.num_prefix_tokens) if patch_drop_rate > 0 else nn.Identity()
+            PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
+            if patch_drop_rate > 0
+            else nn.Identity()
         )
-        self.norm_pre = nn.LayerNorm(embed_dim, eps=norm_eps) if pre_norm else nn.Identity()
+        self.norm_pre = norm(embed_dim, **dd) if pre_norm else nn.Identity()
 
         # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
         rates = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
@@ -233,23 +248,24 @@ class VisionTransformer(nn.Module):
                 Block(
                     embed_dim,
                     num_heads,
-                    mlp_ratio,
-                    qkv_bias,
-                    qk_scale,
-                    proj_drop_rate,
-                    attn_drop_rate,
-                    rate,
-                    self.attn_impl,
-                    norm_eps,
-                    qk_norm,
-                    proj_bias,
-                    init_values,
-                    mlp_act,
+                    mlp_ratio=mlp_ratio,
+                    qkv_bias=qkv_bias,
+                    qk_norm=qk_norm,
+                    proj_bias=proj_bias,
+                    attn_drop=attn_drop_rate,
+                    proj_drop=proj_drop_rate,
+                    init_values=init_values,
+                    drop_path=rate,
+                    act_layer=mlp_act,
+                    norm_layer=norm,
+                    qk_scale=qk_scale,
+                    attn_impl=self.attn_impl,
+                    **dd,
                 )
                 for rate in rates
             ]
         )
-        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and not use_fc_norm else nn.Identity()
+        self.norm = norm(embed_dim, **dd) if final_norm and not use_fc_norm else nn.Identity()
         # timm's feature-extraction wrappers read this: every block is a feature level
         self.feature_info = [
             dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=max(self.patch_embed.patch_size))
@@ -258,27 +274,33 @@ class VisionTransformer(nn.Module):
 
         self.attn_pool = (
             AttentionPool(
-                embed_dim, num_heads, mlp_ratio, norm_eps=norm_eps, attn_impl=self.attn_impl, act_layer=mlp_act
+                embed_dim,
+                num_heads=num_heads,
+                mlp_ratio=mlp_ratio,
+                norm_layer=norm,
+                act_layer=mlp_act,
+                attn_impl=self.attn_impl,
+                **dd,
             )
             if global_pool == "map"
             else None
         )
-        self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if final_norm and use_fc_norm else nn.Identity()
+        self.fc_norm = norm(embed_dim, **dd) if final_norm and use_fc_norm else nn.Identity()
         if representation_size:
-            self.pre_logits = nn.Sequential(OrderedDict(fc=nn.Linear(embed_dim, representation_size), act=nn.Tanh()))
+            self.pre_logits = nn.Sequential(
+                OrderedDict(fc=nn.Linear(embed_dim, representation_size, **dd), act=nn.Tanh())
+            )
         else:
             self.pre_logits = nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = self._make_head(num_classes)
-        self.head_dist = self._make_head(num_classes) if distilled else None
-        self.init_weights()
+        self.head = self._make_head(num_classes, **dd)
+        self.head_dist = self._make_head(num_classes, **dd) if distilled else None
+        # as timm: every layer was initialised by its own constructor; the scheme's pass redoes what it
+        # has a rule for. On ``meta`` nothing holds data: materialize() initialises once there is storage
+        if weight_init != "skip" and not self.has_meta_tensors():
+            self.init_weights(needs_reset=False)
         # torchvision, transformers and JAX state dicts load too, remapped with the converter's key maps
         self.register_load_state_dict_pre_hook(remap_on_load)
-        if device is not None or dtype is not None:
-            # timm's factory arguments (its distillation teacher passes device=): built and
-            # initialised in float32 on the default device, then moved; to build without
-            # allocating, construct inside ``with torch.device("meta"):`` instead
-            self.to(device=device, dtype=dtype)
 
     @staticmethod
     def _check_args(
@@ -302,8 +324,7 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
         if pos_embed not in POS_EMBEDS:
             raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
-        if weight_init not in WEIGHT_INITS:
-            raise ValueError(f"weight_init must be one of {WEIGHT_INITS}, got {weight_init!r}")
+        check_weight_init(weight_init)
         if reg_tokens < 0:
             raise ValueError(f"reg_tokens must be >= 0, got {reg_tokens}")
         if distilled and representation_size:
@@ -312,70 +333,74 @@ class VisionTransformer(nn.Module):
             raise ValueError("distilled=True needs the class token (class_token=True)")
         _check_global_pool(global_pool, distilled, class_token)
 
+    @property
+    def pos_prefix_tokens(self) -> int:
+        """Prefix tokens that have a row in the position table: none with ``no_embed_class`` (DeiT-III, DINOv2)."""
+        return 0 if self.no_embed_class else self.num_prefix_tokens
+
     def _pos_embed_len(self) -> int:
-        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-        return self.patch_embed.num_patches + prefix
+        return self.patch_embed.num_patches + self.pos_prefix_tokens
 
-    def _sincos_table(self, device: torch.device | None = None) -> torch.Tensor:
-        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
-        return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, prefix, device=device)
+    def _sincos_table(self, device: str | torch.device | None = None) -> torch.Tensor:
+        where = torch.device(device) if device is not None else None
+        return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, self.pos_prefix_tokens, device=where)
 
-    def _make_head(self, num_classes: int) -> nn.Module:
-        return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
+    def _make_head(
+        self, num_classes: int, device: str | torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> nn.Module:
+        if num_classes == 0:
+            return nn.Identity()
+        return nn.Linear(self.head_hidden_size, num_classes, device=device, dtype=dtype)
 
     # --- initialisation ----------------------------------------------------------------------
-    def init_weights(self, mode: str | None = None) -> None:
-        """Initialise every tensor by the ``weight_init`` scheme (timm's names; default: this model's)."""
+    def init_weights(self, mode: str | None = None, needs_reset: bool = True) -> None:
+        """(Re)initialise every tensor by weight-init scheme ``mode`` (timm's names; default: this model's).
+
+        As timm: the model's own tensors first, then every layer by the scheme's per-module function
+        (models/weight_init.py), in timm's order, so that with timm's options and seed the draws are
+        timm's. ``needs_reset=False`` (the constructor's) leaves a layer the scheme has no rule for
+        with the init its constructor gave it.
+        """
         if mode is not None:
-            self.weight_init_mode = mode
-        for module_name, module in self.named_modules():
-            for name, tensor in itertools.chain(
-                module.named_parameters(recurse=False), module.named_buffers(recurse=False)
-            ):
-                self._init_tensor(module_name, module, name, tensor)
+            self.weight_init_mode = "reset" if check_weight_init(mode) == "skip" else mode
+        self._init_own_tensors()
+        apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset)
 
-    def _init_tensor(self, module_name: str, module: nn.Module, name: str, tensor: torch.Tensor) -> None:
-        if tensor.is_meta:  # no data to fill: materialize() calls this again once it has storage
-            return
-        if module is not self:
-            head_bias = -math.log(self.num_classes) if "nlhb" in self.weight_init_mode and self.num_classes else 0.0
-            init_layer_tensor(module, name, tensor, self.weight_init_mode, module_name, head_bias)
-            return
+    def _init_own_tensors(self, only: Collection[int] | None = None) -> None:
+        """timm's rules, in timm's order: the distillation token and the learned position table
+        N(0, .02) truncated, the class and register tokens N(0, 1e-6); the sincos table computed.
+        ``only``: the ids of the tensors to initialise (default: all)."""
+        dist, pos, cls, reg = self.dist_token, self.pos_embed, self.cls_token, self.reg_token
         with torch.no_grad():
-            if name == "pos_embed" and not isinstance(tensor, nn.Parameter):
-                tensor.copy_(self._sincos_table(torch.device("cpu")))  # tiny, computed in float64 on the CPU
-            elif name in ("cls_token", "reg_token"):
-                tensor.normal_(0.0, 1e-6)
-            else:  # learned pos_embed, dist_token
-                normal_init_(tensor, std=0.02)
+            if dist is not None and (only is None or id(dist) in only):
+                trunc_normal_(dist, std=0.02)
+            if pos is not None and (only is None or id(pos) in only):
+                if self.sincos_pos_embed:  # tiny, computed in float64 on the CPU
+                    pos.copy_(self._sincos_table(torch.device("cpu")))
+                else:
+                    trunc_normal_(pos, std=0.02)
+            for token in (cls, reg):
+                if token is not None and (only is None or id(token) in only):
+                    nn.init.normal_(token, std=1e-6)
 
-    # --- construction without storage (fast cold start) --------------------------------------
+    # --- construction without storage (fast cold start): models/storage.py ---------------------
     def has_meta_tensors(self) -> bool:
         """True while any parameter or buffer is still on the ``meta`` device (holds no data)."""
-        return any(t.is_meta for t in itertools.chain(self.parameters(), self.buffers()))
+        return storage.has_meta_tensors(self)
 
     def materialize(self, device: str | torch.device | None = None) -> list[str]:
         """Give every tensor still on ``meta`` storage on ``device`` and initialise it; return their names.
 
         Tensors that already hold data are left untouched, so after a partial load (a new head,
-        an adapted stem) only what the checkpoint did not provide is initialised. The fixed
-        sincos position table is recomputed.
+        an adapted stem) only what the checkpoint did not provide is initialised, by the model's
+        scheme (models/weight_init.py). The fixed sincos position table is recomputed.
         """
-        device = torch.device(device) if device is not None else _default_device()
-        done = []
-        for module_name, module in self.named_modules():
-            for name, tensor in itertools.chain(
-                module.named_parameters(recurse=False), module.named_buffers(recurse=False)
-            ):
-                if not tensor.is_meta:
-                    continue
-                fresh = torch.empty_like(tensor, device=device)
-                if isinstance(tensor, nn.Parameter):
-                    fresh = nn.Parameter(fresh, requires_grad=tensor.requires_grad)
-                setattr(module, name, fresh)
-                self._init_tensor(module_name, module, name, fresh)
-                done.append(f"{module_name}.{name}" if module_name else name)
-        return done
+        device = torch.device(device) if device is not None else storage.default_device()
+        names, fresh = storage.give_storage(self, device)
+        if fresh:
+            self._init_own_tensors(only=fresh)
+            apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset=True, only=fresh)
+        return names
 
     @torch.jit.ignore
     def load_pretrained(self, checkpoint_path: str, prefix: str = "") -> None:
@@ -392,22 +417,9 @@ class VisionTransformer(nn.Module):
         """
         if not self.has_meta_tensors():
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
-        own = dict(itertools.chain(self.named_parameters(), self.named_buffers()))
-        cast = {}
-        for key, value in state_dict.items():
-            target = own.get(key)
-            if target is not None and value.is_floating_point() and value.dtype != target.dtype:
-                value = value.to(target.dtype)
-            elif value.device.type == "cpu" and value.data_ptr() % CPU_ALIGNMENT:
-                # a memory-mapped tensor at an odd file offset: CPU kernels take other code paths for
-                # unaligned data and round differently in the last bit; an aligned copy keeps the
-                # logits bit-identical to a model that copied the checkpoint into its own tensors
-                value = value.clone()
-            cast[key] = value
-        result = super().load_state_dict(cast, strict=strict, assign=True)
+        result = super().load_state_dict(storage.assignable(self, state_dict), strict=strict, assign=True)
         wanted = self.load_device
-        loaded = next((t.device for t in itertools.chain(self.parameters(), self.buffers()) if not t.is_meta), None)
-        self.materialize(wanted or loaded)
+        self.materialize(wanted or storage.first_device(self))
         if wanted is not None and wanted.type != "meta":
             self.to(wanted)
         return result
@@ -479,13 +491,11 @@ class VisionTransformer(nn.Module):
             self.global_pool = global_pool
         self.num_classes = num_classes
         reference = self.patch_embed.proj.weight
-        heads = ["head", "head_dist"] if self.distilled else ["head"]
-        for name in heads:
-            head = self._make_head(num_classes)
-            head.to(device=reference.device, dtype=reference.dtype).train(self.training)
-            for param_name, param in head.named_parameters():
-                init_layer_tensor(head, param_name, param, self.weight_init_mode, name)
-            setattr(self, name, head)
+        init = scheme(self.weight_init_mode, num_classes)
+        for name in ["head", "head_dist"] if self.distilled else ["head"]:
+            head = self._make_head(num_classes, device=reference.device, dtype=reference.dtype)
+            init(head, self.init_roles[name], False)  # on top of the init its constructor gave it
+            setattr(self, name, head.train(self.training))
 
     @torch.jit.ignore
     def set_input_size(
@@ -501,9 +511,11 @@ class VisionTransformer(nn.Module):
         self.patch_embed.set_input_size(img_size, patch_size)
         new_grid = self.patch_embed.grid_size
         if isinstance(self.pos_embed, nn.Parameter) and new_grid != old_grid:
-            prefix = 0 if self.no_embed_class else self.num_prefix_tokens
             table = resample_abs_pos_embed(
-                self.pos_embed.detach(), new_size=list(new_grid), old_size=list(old_grid), num_prefix_tokens=prefix
+                self.pos_embed.detach(),
+                new_size=list(new_grid),
+                old_size=list(old_grid),
+                num_prefix_tokens=self.pos_prefix_tokens,
             )
             self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
         elif self.pos_embed is not None and self.sincos_pos_embed:
@@ -529,7 +541,7 @@ class VisionTransformer(nn.Module):
         else:
             batch, _, dim = x.shape
             height, width = self.patch_embed.grid_size
-        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        prefix = self.pos_prefix_tokens
         pos_embed = self.pos_embed
         if pos_embed is not None and self.dynamic_img_size:
             if self.sincos_pos_embed:
@@ -583,8 +595,10 @@ class VisionTransformer(nn.Module):
         ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}``, computed packed.
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
-            if naflex.is_naflex_call(x, patch_coord, patch_valid):
-                return naflex.forward_features(self, naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord))
+            if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
+                return naflex.forward_features(
+                    self, naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord)
+                )
         return self.norm(self._blocks(self._embed(x), attn_mask))
 
     def pooled_token_count(self) -> int:
@@ -679,8 +693,8 @@ class VisionTransformer(nn.Module):
         timm's ``NaFlexVit`` positional order ``(patches, patch_coord, patch_valid)``.
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
-            if naflex.is_naflex_call(x, patch_coord, patch_valid):
-                return naflex.forward(self, naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord))
+            if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
+                return naflex.forward(self, naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord))
         if self.pooled_forward and attn_mask is None and self.pooled_token_count() > 0 and not _is_fx_proxy(x):
             return self.forward_head(self.forward_pooled_tokens(x))
         return self.forward_head(self.forward_features(x, attn_mask))
@@ -722,51 +736,14 @@ class VisionTransformer(nn.Module):
         """
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        take_indices, max_index = _take_indices(len(self.blocks), indices)
-        if naflex.is_naflex_call(x, patch_coord, patch_valid):
-            return naflex.forward_intermediates(
-                self,
-                naflex.read_batch(self, x, attn_mask, patch_valid, patch_coord),
-                take_indices,
-                max_index,
-                return_prefix_tokens,
-                norm,
-                stop_early,
-                output_fmt,
-                intermediates_only,
-                output_dict,
-            )
-        wanted = set(take_indices)
-        batch, _, height, width = x.shape
-        x = self._embed(x)
-        blocks = self.blocks[: max_index + 1] if stop_early else self.blocks
-        intermediates = []
-        for index, block in enumerate(blocks):
-            if self.grad_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, attn_mask, use_reentrant=False)
-            else:
-                x = block(x, attn_mask)
-            if index in wanted:
-                intermediates.append(self.norm(x) if norm else x)
-        prefix = [y[:, : self.num_prefix_tokens] for y in intermediates]
-        intermediates = [y[:, self.num_prefix_tokens :] for y in intermediates]
-        if output_fmt == "NCHW":
-            grid_h, grid_w = self.patch_embed.dynamic_feat_size((height, width))
-            intermediates = [
-                y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates
-            ]
-        if output_dict:
-            result: dict[str, Any] = {"image_intermediates": intermediates}
-            if return_prefix_tokens and self.num_prefix_tokens:
-                result["image_intermediates_prefix"] = prefix
-            if not intermediates_only:
-                result["image_features"] = self.norm(x)
-            return result
-        if return_prefix_tokens and self.num_prefix_tokens:
-            intermediates = list(zip(intermediates, prefix, strict=False))
-        if intermediates_only:
-            return intermediates
-        return self.norm(x), intermediates
+        take_indices, max_index = intermediates.take_indices(len(self.blocks), indices)
+        request = intermediates.Request(
+            take_indices, max_index, return_prefix_tokens, norm, stop_early, output_fmt, intermediates_only, output_dict
+        )
+        if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
+            batch = naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord)
+            return naflex.forward_intermediates(self, batch, request)
+        return intermediates.forward_intermediates(self, x, request, attn_mask)
 
     @torch.jit.ignore
     def get_intermediate_layers(
@@ -794,7 +771,7 @@ class VisionTransformer(nn.Module):
         self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
         """Drop blocks (and optionally norm/head) not needed for ``forward_intermediates(indices)``."""
-        take_indices, max_index = _take_indices(len(self.blocks), indices)
+        take_indices, max_index = intermediates.take_indices(len(self.blocks), indices)
         self.blocks = self.blocks[: max_index + 1]
         if prune_norm:
             self.norm = nn.Identity()

@@ -1,0 +1,233 @@
+"""Attention: the blocks' multi-head self-attention and the MAP head's attention pooling, in plain torch.
+
+Both follow timm's switch between ``F.scaled_dot_product_attention`` and an eager path that
+materialises the attention matrix (``fused_attn``, set from ``attn_impl``), compute the same
+function either way, and use SDPA's mask convention. For NaFlex batches a block's ``attn_mask``
+may be a packed sequence's ``PackedSegments`` (models/packing.py): each image attends to itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from timm.layers import trunc_normal_tf_
+from torch import nn
+
+from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
+from .packing import PackedSegments
+
+ATTN_IMPLS = ("sdpa", "eager")
+
+
+def check_attn_impl(attn_impl: str) -> str:
+    if attn_impl not in ATTN_IMPLS:
+        raise ValueError(f"attn_impl must be one of {ATTN_IMPLS}, got {attn_impl!r}")
+    return attn_impl
+
+
+@torch.fx.wrap
+def add_attn_mask(attn: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    """Apply a mask with SDPA's convention (bool: True attends; float: added) to attention scores.
+
+    A wrapped function: under FX tracing the mask argument is a placeholder that may be None.
+    """
+    if attn_mask is None:
+        return attn
+    if attn_mask.dtype == torch.bool:
+        return attn.masked_fill(attn_mask.logical_not(), float("-inf"))
+    return attn + attn_mask
+
+
+def _masked_softmax_attention(
+    q: torch.Tensor, k: torch.Tensor, scale: float, attn_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Softmax attention matrix, the eager path's (and the attention maps') computation."""
+    return add_attn_mask((q * scale) @ k.transpose(-2, -1), attn_mask).softmax(dim=-1)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with one fused qkv projection (and timm's optional q/k LayerNorm).
+
+    ``fused_attn`` (timm's switch, set from ``attn_impl``: ``'sdpa'`` True, ``'eager'`` False) runs
+    ``F.scaled_dot_product_attention``; off, the attention matrix is materialised and passes
+    through ``attn_drop`` (where timm's ``AttentionExtract`` hooks read it). Both compute the same
+    function. ``norm`` (the merged heads, before ``proj``) is an Identity, as in timm's ViT.
+    """
+
+    __jit_unused_properties__ = ("attn_impl",)
+    #: for the weight-init schemes: ``qkv`` is three projections in one ('moco' bounds each on its own)
+    init_roles: ClassVar[dict[str, str]] = {"qkv": "qkv"}
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        *,
+        qkv_bias: bool = True,
+        qk_norm: bool = False,
+        proj_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        norm_layer: NormLayer = DEFAULT_NORM_LAYER,
+        qk_scale: float | None = None,
+        attn_impl: str = "sdpa",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
+        if num_heads < 1 or dim % num_heads:
+            raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = qk_scale if qk_scale is not None else self.head_dim**-0.5
+        self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias, **dd)
+        self.q_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
+        self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.norm = nn.Identity()
+        self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    @property
+    def attn_impl(self) -> str:
+        """``'sdpa'`` or ``'eager'``: the path ``fused_attn`` selects."""
+        return "sdpa" if self.fused_attn else "eager"
+
+    def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
+        batch, tokens, _ = x.shape
+        # split on the q/k/v axis of (B, N, 3, heads, head_dim) and only then move heads forward:
+        # backward stacks the three gradients straight into the projection's layout
+        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
+
+    def _split_heads_for_queries(
+        self, x: torch.Tensor, num_queries: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As ``_split_heads``, but queries only for the first ``num_queries`` tokens (keys and values for all).
+
+        The projection runs as a module call over every token (forward hooks on ``qkv``, such as
+        torchsummary's, see it run; the extra query rows cost a twelfth of one block), and the
+        query normalisation runs for the kept queries alone.
+        """
+        batch, tokens, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        q = q[:, :num_queries]
+        return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
+
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
+        q, k, _ = self._split_heads(x)
+        return _masked_softmax_attention(q, k, self.scale, None)
+
+    def _attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """softmax(q k^T * scale + mask) v over (B, heads, N, head_dim) tensors: fused (SDPA), or materialised
+        and passed through ``attn_drop`` (where timm's ``AttentionExtract`` reads it), as ``fused_attn`` says."""
+        if self.fused_attn:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.scale
+            )
+        return self.attn_drop(_masked_softmax_attention(q, k, self.scale, attn_mask)) @ v
+
+    @torch.jit.unused
+    def _attention_maybe_packed(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """NaFlex: for a packed sequence ``attn_mask`` is its ``PackedSegments``; each image attends to itself."""
+        if isinstance(attn_mask, PackedSegments):
+            return attn_mask.attend(q, k, v, self._attention)
+        return self._attention(q, k, v, attn_mask)
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
+        batch, _, queries, _ = q.shape
+        if torch.jit.is_scripting():
+            x = self._attention(q, k, v, attn_mask)
+        else:
+            x = self._attention_maybe_packed(q, k, v, attn_mask)
+        # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
+        # so this reshape is a view, not a copy
+        x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
+        return self.proj_drop(self.proj(self.norm(x)))
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        q, k, v = self._split_heads(x)
+        return self._attend(q, k, v, attn_mask)
+
+    def forward_queries(self, x: torch.Tensor, num_queries: int) -> torch.Tensor:
+        """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
+        q, k, v = self._split_heads_for_queries(x, num_queries)
+        return self._attend(q, k, v)
+
+
+class AttentionPool(nn.Module):
+    """Attention pooling with one learned latent query (SigLIP's "MAP" head); timm's ``attn_pool.*`` names.
+
+    The latent attends over the tokens (queries from ``q``, keys and values from ``kv``), is
+    projected, and passes a residual LayerNorm + MLP: (B, N, D) -> (B, D). ``q_norm``, ``k_norm``
+    and ``proj_drop`` are timm's hook points (Identity, Identity, Dropout(0)).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        *,
+        num_heads: int = 8,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        norm_layer: NormLayer = DEFAULT_NORM_LAYER,
+        act_layer: Callable[[], nn.Module] = nn.GELU,
+        attn_impl: str = "sdpa",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
+        dim = in_features
+        if dim % num_heads:
+            raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim**-0.5
+        self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
+        self.latent = nn.Parameter(torch.empty(1, 1, dim, **dd))
+        self.q = nn.Linear(dim, dim, bias=qkv_bias, **dd)
+        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias, **dd)
+        self.q_norm = nn.Identity()
+        self.k_norm = nn.Identity()
+        self.proj = nn.Linear(dim, dim, **dd)
+        self.proj_drop = nn.Dropout(0.0)
+        self.norm = norm_layer(dim, **dd)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, **dd)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The latent query: N(0, 1/dim) truncated at 2 std, as timm's ``AttentionPoolLatent`` draws it."""
+        trunc_normal_tf_(self.latent, std=self.latent.shape[-1] ** -0.5)
+
+    def init_weights(self) -> None:
+        """timm's hook, which every weight-init scheme but ``'reset'`` calls: the latent drawn again."""
+        self.reset_parameters()
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``attn_mask`` (SDPA's convention, e.g. (B, 1, 1, N) bool) leaves out keys, as NaFlex padding."""
+        batch, tokens, dim = x.shape
+        q = self.q(self.latent.expand(batch, -1, -1)).view(batch, 1, self.num_heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(batch, tokens, 2, self.num_heads, self.head_dim).unbind(2)
+        q, k, v = self.q_norm(q), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
+        if self.fused_attn:
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)
+        else:
+            x = _masked_softmax_attention(q, k, self.scale, attn_mask) @ v
+        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(batch, 1, dim)))
+        x = x + self.mlp(self.norm(x))
+        return x[:, 0]

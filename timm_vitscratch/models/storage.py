@@ -1,0 +1,69 @@
+"""Tensors without storage: a model built on ``meta`` is given storage later, or takes a checkpoint's tensors.
+
+``VisionTransformer.materialize`` and its ``load_state_dict`` use these; models/build.py builds
+such models for a fast cold start.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from .weight_init import own_tensors
+
+#: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``); loaded tensors are kept at it.
+CPU_ALIGNMENT = 64
+
+
+def default_device() -> torch.device:
+    """The device factory functions use now (honours ``with torch.device(...)``)."""
+    return torch.empty(0).device
+
+
+def has_meta_tensors(module: nn.Module) -> bool:
+    """True while any parameter or buffer is still on the ``meta`` device (holds no data)."""
+    return any(t.is_meta for t in itertools.chain(module.parameters(), module.buffers()))
+
+
+def first_device(module: nn.Module) -> torch.device | None:
+    """Where the first tensor that holds data lives (None: all are on ``meta``)."""
+    return next((t.device for t in itertools.chain(module.parameters(), module.buffers()) if not t.is_meta), None)
+
+
+def give_storage(module: nn.Module, device: torch.device) -> tuple[list[str], set[int]]:
+    """Replace every ``meta`` tensor by uninitialised storage on ``device``; return their names and ids.
+
+    Parameters stay parameters (with their ``requires_grad``), buffers stay buffers.
+    """
+    names, fresh = [], set()
+    for module_name, sub in module.named_modules():
+        for name, tensor in own_tensors(sub):
+            if not tensor.is_meta:
+                continue
+            storage = torch.empty_like(tensor, device=device)
+            if isinstance(tensor, nn.Parameter):
+                storage = nn.Parameter(storage, requires_grad=tensor.requires_grad)
+            setattr(sub, name, storage)
+            fresh.add(id(storage))
+            names.append(f"{module_name}.{name}" if module_name else name)
+    return names, fresh
+
+
+def assignable(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` ready to be assigned: floats cast to the module's dtypes, CPU tensors aligned."""
+    own = dict(itertools.chain(module.named_parameters(), module.named_buffers()))
+    ready = {}
+    for key, value in state_dict.items():
+        target = own.get(key)
+        if target is not None and value.is_floating_point() and value.dtype != target.dtype:
+            value = value.to(target.dtype)
+        elif value.device.type == "cpu" and value.data_ptr() % CPU_ALIGNMENT:
+            # a memory-mapped tensor at an odd file offset: CPU kernels take other code paths for
+            # unaligned data and round differently in the last bit; an aligned copy keeps the
+            # logits bit-identical to a model that copied the checkpoint into its own tensors
+            value = value.clone()
+        ready[key] = value
+    return ready

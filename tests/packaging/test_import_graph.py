@@ -13,6 +13,7 @@ from tests.support.import_graph import (
     imports_of,
     layer_of,
     module_names,
+    type_only_imports,
     unit,
 )
 
@@ -27,6 +28,18 @@ def test_every_import_between_units_points_down():
         for source, targets in graph().items()
         for target in targets
         if unit(source) != unit(target) and unit(source) != TOP and layer_of(unit(target)) >= layer_of(unit(source))
+    ]
+    assert wrong == []
+
+
+def test_type_only_imports_point_down_too():
+    # an import under TYPE_CHECKING never runs, so it may close a cycle (an annotation naming the class that
+    # imports the module), but it keeps to the layers: within its own unit or down
+    wrong = [
+        f"{source} -> {target}"
+        for source, targets in type_only_imports().items()
+        for target in targets
+        if unit(source) != unit(target) and layer_of(unit(target)) >= layer_of(unit(source))
     ]
     assert wrong == []
 

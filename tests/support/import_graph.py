@@ -1,5 +1,7 @@
 """What imports what inside timm_vitscratch, read from the source (nothing is imported): every import
-counts, including those inside functions and under ``TYPE_CHECKING``.
+that runs counts, including those inside functions. Imports under ``if TYPE_CHECKING:`` never run (the
+type checker alone reads them, for an annotation that would otherwise need the import at run time), so
+they are not edges; ``type_only_imports`` lists them.
 
     python -m tests.support.import_graph
 
@@ -45,12 +47,30 @@ def module_names() -> dict[str, Path]:
     return modules
 
 
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package modules ``name`` imports, wherever in the file the import stands."""
+def _type_only(tree: ast.Module) -> set[ast.AST]:
+    """The nodes inside ``if TYPE_CHECKING:`` blocks."""
+    inside: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in {
+            getattr(node.test, "id", None),
+            getattr(node.test, "attr", None),
+        }:
+            for statement in node.body:
+                inside.update(ast.walk(statement))
+    return inside
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path], type_only: bool = False) -> set[str]:
+    """The package modules ``name`` imports, wherever in the file the import stands (with ``type_only``,
+    only those under ``if TYPE_CHECKING:``, which never run)."""
     is_package = path.name == "__init__.py"
     here = name.split(".") if is_package else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = _type_only(tree)
+    for node in ast.walk(tree):
+        if (node in skipped) != type_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -67,6 +87,11 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             if target.startswith(PACKAGE) and target != name:
                 found.add(target)
     return found
+
+
+def type_only_imports() -> dict[str, set[str]]:
+    modules = module_names()
+    return {name: found for name, path in modules.items() if (found := imports_of(name, path, modules, True))}
 
 
 @cache  # the source does not change during a run

@@ -11,7 +11,9 @@ from typing import Any
 
 from torch import nn
 
+from .block import Block
 from .layers import DEFAULT_NORM_EPS, to_2tuple
+from .vision_transformer import VisionTransformer
 
 Shape = tuple[int, ...]
 
@@ -89,18 +91,22 @@ class Arch:
 
 def describe_model(model: nn.Module) -> Arch:
     """The architecture facts of one of our built models (it may live on ``meta``)."""
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(f"describe_model takes a scratch VisionTransformer, not {type(model).__name__}")
     embed = model.patch_embed.proj.weight.shape
-    pre_logits = getattr(model, "pre_logits", None)
+    first, grid = model.blocks[0], model.patch_embed.grid_size
+    assert isinstance(first, Block) and isinstance(first.norm1, nn.LayerNorm)
+    fc = getattr(model.pre_logits, "fc", None)  # the representation layer's Linear, when there is one
     return Arch(
         patch_size=to_2tuple(model.patch_embed.patch_size, "patch_size")[0],
         embed_dim=embed[0],
         depth=len(model.blocks),
-        num_heads=model.blocks[0].attn.num_heads,
+        num_heads=first.attn.num_heads,
         in_chans=embed[1],
-        grid=tuple(model.patch_embed.grid_size),
+        grid=(grid[0], grid[1]),
         num_classes=model.num_classes,
-        representation_size=pre_logits.fc.out_features if hasattr(pre_logits, "fc") else None,
-        distilled=bool(getattr(model, "distilled", False)),
-        mlp_hidden=model.blocks[0].mlp.fc1.out_features,
-        norm_eps=model.blocks[0].norm1.eps,  # every norm has the one eps; ``norm`` is an Identity under fc_norm
+        representation_size=fc.out_features if isinstance(fc, nn.Linear) else None,
+        distilled=model.distilled,
+        mlp_hidden=first.mlp.fc1.out_features,
+        norm_eps=first.norm1.eps,  # every norm has the one eps; ``norm`` is an Identity under fc_norm
     )

@@ -7,11 +7,13 @@ models/naflex.py; both give their results in timm's forms through :func:`assembl
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+if TYPE_CHECKING:  # type-only: vision_transformer imports this module
+    from .vision_transformer import VisionTransformer
 
 
 def take_indices(num_blocks: int, indices: int | list[int] | None) -> tuple[list[int], int]:
@@ -66,7 +68,9 @@ def assemble(
     return taken if request.intermediates_only else (final_features(), taken)
 
 
-def forward_intermediates(model: nn.Module, x: torch.Tensor, request: Request, attn_mask: torch.Tensor | None = None):
+def forward_intermediates(
+    model: VisionTransformer, x: torch.Tensor, request: Request, attn_mask: torch.Tensor | None = None
+):
     """Block outputs of an image batch (B, C, H, W) at the requested indices, split into patch and prefix tokens."""
     wanted = set(request.indices)
     batch, _, height, width = x.shape

@@ -58,7 +58,12 @@ def _norm_layer_eps(norm_layer: Any) -> float:
         layer = factory(8) if factory is not None else None
     except (AssertionError, KeyError, TypeError):
         layer = None
-    if type(layer) not in (nn.LayerNorm, TimmLayerNorm) or not layer.elementwise_affine or layer.bias is None:
+    if (
+        not isinstance(layer, nn.LayerNorm)
+        or type(layer) not in (nn.LayerNorm, TimmLayerNorm)
+        or not layer.elementwise_affine
+        or layer.bias is None
+    ):
         raise ValueError(
             f"norm_layer must be a LayerNorm (nn.LayerNorm, timm.layers.LayerNorm, 'layernorm', or "
             f"a partial of one with eps=...), got {norm_layer!r}; the model's norms are LayerNorms "
@@ -98,9 +103,9 @@ def to_2tuple(value: int | tuple[int, int], name: str) -> tuple[int, int]:
     if isinstance(value, int):
         return value, value
     pair = tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
+    if len(pair) != 2 or not isinstance(pair[0], int) or not isinstance(pair[1], int):
         raise ValueError(f"{name} must be an int or a pair of ints (height, width), got {value!r}")
-    return pair  # type: ignore[return-value]
+    return pair[0], pair[1]
 
 
 def normal_init_(tensor: torch.Tensor, std: float = 0.02) -> torch.Tensor:

@@ -19,19 +19,21 @@ the path ``torch.export`` and ONNX take (chosen automatically while exporting).
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from timm.layers import resample_abs_pos_embed, resample_patch_embed
-from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import NaFlexBatchError
 from .intermediates import Request, assemble
-from .layers import sincos_2d_pos_embed
+from .layers import PatchDropout, sincos_2d_pos_embed
 from .naflex_batch import NaFlexBatch, exporting, shape_text
 from .packing import PackedSegments
+
+if TYPE_CHECKING:  # type-only: vision_transformer imports this module
+    from .vision_transformer import VisionTransformer
 
 
 #: the entries of timm's NaFlex batch the model reads (the collator's ``seq_len`` is ignored)
@@ -47,7 +49,7 @@ def _resize_pinv(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
     return resample_patch_embed(basis, list(new)).reshape(old[0] * old[1], new[0] * new[1])
 
 
-def projection_weight(model: nn.Module, patch_size: tuple[int, int]) -> torch.Tensor:
+def projection_weight(model: VisionTransformer, patch_size: tuple[int, int]) -> torch.Tensor:
     """The conv patch embedding's kernel as a (D, P*P*C) linear map of flattened patches.
 
     Channels last (timm's default flat layout: row, column, channel) or first, as the model's
@@ -64,19 +66,19 @@ def projection_weight(model: nn.Module, patch_size: tuple[int, int]) -> torch.Te
     return weight.reshape(weight.shape[0], -1)
 
 
-def project(model: nn.Module, patches: torch.Tensor, patch_size: tuple[int, int]) -> torch.Tensor:
+def project(model: VisionTransformer, patches: torch.Tensor, patch_size: tuple[int, int]) -> torch.Tensor:
     """(..., P*P*C) flattened patches -> (..., D) patch tokens."""
     return F.linear(patches, projection_weight(model, patch_size), model.patch_embed.proj.bias)
 
 
-def _patch_pos_table(model: nn.Module) -> torch.Tensor | None:
+def _patch_pos_table(model: VisionTransformer) -> torch.Tensor | None:
     """The learned table's patch part, (1, H0*W0, D); None without a learned table."""
     if model.pos_embed is None or model.sincos_pos_embed:
         return None
     return model.pos_embed[:, model.pos_prefix_tokens :]
 
 
-def _prefix_tokens(model: nn.Module) -> torch.Tensor | None:
+def _prefix_tokens(model: VisionTransformer) -> torch.Tensor | None:
     """(k, D) class, distillation and register tokens, with their positions unless ``no_embed_class``."""
     parts = [t[0] for t in (model.cls_token, model.dist_token, model.reg_token) if t is not None]
     if not parts:
@@ -87,7 +89,7 @@ def _prefix_tokens(model: nn.Module) -> torch.Tensor | None:
     return prefix
 
 
-def _sincos_at(model: nn.Module, coord: torch.Tensor, longest: int) -> torch.Tensor:
+def _sincos_at(model: VisionTransformer, coord: torch.Tensor, longest: int) -> torch.Tensor:
     """Sincos positions of (..., 2) coordinates: the table's row half depends on the row only, the column
     half on the column only, so two one-axis tables of ``longest`` entries give any grid's values."""
     dim = model.embed_dim
@@ -112,7 +114,7 @@ class Packed(NamedTuple):
     seq: int
 
 
-def _layout(model: nn.Module, batch: NaFlexBatch) -> dict[str, Any]:
+def _layout(model: VisionTransformer, batch: NaFlexBatch) -> dict[str, Any]:
     """Index tensors and the per-image sizes the packed path needs (read from the data, so not compiled)."""
     valid, coord = batch.patch_valid, batch.patch_coord
     num_images, seq = valid.shape
@@ -148,7 +150,7 @@ def _layout(model: nn.Module, batch: NaFlexBatch) -> dict[str, Any]:
 
 
 def _learned_positions(
-    model: nn.Module, table: torch.Tensor, layout: dict[str, Any], dtype: torch.dtype
+    model: VisionTransformer, table: torch.Tensor, layout: dict[str, Any], dtype: torch.dtype
 ) -> torch.Tensor:
     """(T, D) learned positions: the table resampled once per distinct grid in the batch, then gathered."""
     old = model.patch_embed.grid_size
@@ -167,13 +169,13 @@ def _learned_positions(
     return torch.cat(tables).index_select(0, index).to(dtype)
 
 
-def _drop_patches(model: nn.Module, layout: dict[str, Any], packed: torch.Tensor, seq: int):
+def _drop_patches(model: VisionTransformer, prob: float, layout: dict[str, Any], packed: torch.Tensor, seq: int):
     """Patch dropout in training: prefix tokens stay; each image keeps a random ``1 - prob`` share of its
     patches (at least one), as ``PatchDropout`` does for one image."""
     prefix, padded_index = model.num_prefix_tokens, layout["padded_index"]
     image = layout["image"]
     counts = torch.bincount(image, minlength=len(layout["lengths"]))
-    keep_count = (counts.double() * (1.0 - model.patch_drop.prob)).floor().long().clamp(min=1)
+    keep_count = (counts.double() * (1.0 - prob)).floor().long().clamp(min=1)
     shuffled = torch.argsort(image.double() + 0.5 * torch.rand(image.shape, dtype=torch.float64, device=image.device))
     rank = torch.empty_like(shuffled)
     rank[shuffled] = (
@@ -189,7 +191,7 @@ def _drop_patches(model: nn.Module, layout: dict[str, Any], packed: torch.Tensor
 
 
 @torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
-def pack(model: nn.Module, batch: NaFlexBatch) -> Packed:
+def pack(model: VisionTransformer, batch: NaFlexBatch) -> Packed:
     """Embed the valid patches and pack them, with each image's prefix tokens, into one sequence."""
     layout = _layout(model, batch)
     patches = batch.patches.reshape(-1, batch.patches.shape[-1]).index_select(0, layout["valid_index"])
@@ -205,8 +207,8 @@ def pack(model: nn.Module, batch: NaFlexBatch) -> Packed:
     rows = tokens if prefix is None else torch.cat([prefix.to(tokens.dtype).repeat(num_images, 1), tokens])
     packed = rows.index_select(0, layout["order"])[None]
     lengths, padded_index = layout["lengths"], layout["padded_index"]
-    if model.training and not isinstance(model.patch_drop, torch.nn.Identity):
-        packed, lengths, padded_index = _drop_patches(model, layout, packed, seq)
+    if model.training and isinstance(model.patch_drop, PatchDropout):
+        packed, lengths, padded_index = _drop_patches(model, model.patch_drop.prob, layout, packed, seq)
     packed = model.norm_pre(model.pos_drop(packed))
     masks = (
         None
@@ -229,7 +231,7 @@ def _image_masks(
 
 
 def run_blocks(
-    model: nn.Module, packed: Packed, blocks=None, take: set | None = None, norm: bool = False
+    model: VisionTransformer, packed: Packed, blocks=None, take: set | None = None, norm: bool = False
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The blocks on the packed sequence (each image attends to itself); optionally the outputs at ``take``."""
     x, segments = packed.tokens, packed.segments
@@ -259,7 +261,7 @@ def _cat_outputs(outputs: list[Any]) -> Any:
 
 @torch.compiler.disable  # one call per image
 def head_per_image(
-    model: nn.Module,
+    model: VisionTransformer,
     x: torch.Tensor,
     lengths: list[int],
     pre_logits: bool = False,
@@ -278,7 +280,7 @@ def head_per_image(
     return _cat_outputs(outputs)
 
 
-def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
+def forward(model: VisionTransformer, batch: NaFlexBatch) -> Any:
     """Logits (B, classes) of a NaFlex batch, packed."""
     if exporting() or not model.naflex_packed:
         return forward_padded(model, batch)
@@ -290,7 +292,7 @@ def forward(model: nn.Module, batch: NaFlexBatch) -> Any:
     return head_per_image(model, x, packed.segments.lengths, image_order=packed.image_order)
 
 
-def forward_features(model: nn.Module, batch: NaFlexBatch) -> dict[str, torch.Tensor]:
+def forward_features(model: VisionTransformer, batch: NaFlexBatch) -> dict[str, torch.Tensor]:
     """timm's NaFlex ``forward_features``: ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}`` (zeros at padding)."""
     if exporting() or not model.naflex_packed:
         keep = torch.cat(
@@ -303,7 +305,7 @@ def forward_features(model: nn.Module, batch: NaFlexBatch) -> dict[str, torch.Te
     return {"patches": unpack(packed, model.norm(x), model.num_prefix_tokens), "patch_valid": batch.patch_valid}
 
 
-def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, pre_logits: bool = False):
+def forward_head(model: VisionTransformer, x: torch.Tensor, patch_valid: torch.Tensor, pre_logits: bool = False):
     """Head on padded features (B, prefix + N, D) with their ``patch_valid``: each image's valid tokens only."""
     if tuple(patch_valid.shape) != (x.shape[0], x.shape[1] - model.num_prefix_tokens):
         raise NaFlexBatchError(
@@ -319,7 +321,7 @@ def forward_head(model: nn.Module, x: torch.Tensor, patch_valid: torch.Tensor, p
     return head_per_image(model, x[keep][None], lengths, pre_logits)
 
 
-def forward_intermediates(model: nn.Module, batch: NaFlexBatch, request: Request):
+def forward_intermediates(model: VisionTransformer, batch: NaFlexBatch, request: Request):
     """timm's NaFlex ``forward_intermediates``: NLC block outputs in the batch's padded layout (grids vary per image)."""
     if request.output_fmt != "NLC":
         raise NaFlexBatchError(
@@ -363,7 +365,7 @@ def resize_weights(position: torch.Tensor, out_size: torch.Tensor, in_size: int)
     return (weights / weights.sum(dim=-1, keepdim=True)).float()
 
 
-def _padded_positions(model: nn.Module, batch: NaFlexBatch, dtype: torch.dtype) -> torch.Tensor | None:
+def _padded_positions(model: VisionTransformer, batch: NaFlexBatch, dtype: torch.dtype) -> torch.Tensor | None:
     """(B, N, D) positions of every patch slot, from shapes fixed by the batch (no per-grid resampling calls)."""
     coord = batch.patch_coord * batch.patch_valid[..., None]
     table = _patch_pos_table(model)
@@ -379,7 +381,7 @@ def _padded_positions(model: nn.Module, batch: NaFlexBatch, dtype: torch.dtype) 
     return (weights @ table[0].float()).to(dtype)
 
 
-def features_padded(model: nn.Module, batch: NaFlexBatch) -> torch.Tensor:
+def features_padded(model: VisionTransformer, batch: NaFlexBatch) -> torch.Tensor:
     """(B, prefix + N, D) final tokens on timm's padded layout; padding is masked out of attention as keys."""
     tokens = project(model, batch.patches, batch.patch_size)
     positions = _padded_positions(model, batch, tokens.dtype)
@@ -399,7 +401,7 @@ def features_padded(model: nn.Module, batch: NaFlexBatch) -> torch.Tensor:
     return model.norm(x)
 
 
-def _head_padded(model: nn.Module, x: torch.Tensor, valid: torch.Tensor, pre_logits: bool = False):
+def _head_padded(model: VisionTransformer, x: torch.Tensor, valid: torch.Tensor, pre_logits: bool = False):
     """The model's head with pooling over valid tokens, on the padded layout (shapes fixed for export)."""
     prefix = model.num_prefix_tokens
     if model.distilled or (model.global_pool in ("token", "") and model.attn_pool is None):
@@ -417,6 +419,6 @@ def _head_padded(model: nn.Module, x: torch.Tensor, valid: torch.Tensor, pre_log
     return pooled if pre_logits else model.head(pooled)
 
 
-def forward_padded(model: nn.Module, batch: NaFlexBatch):
+def forward_padded(model: VisionTransformer, batch: NaFlexBatch):
     """Logits on timm's padded, masked layout: the same outputs as the packed path, with data-independent shapes."""
     return _head_padded(model, features_padded(model, batch), batch.patch_valid)

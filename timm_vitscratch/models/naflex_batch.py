@@ -10,12 +10,15 @@ collator padded. Every entry is checked before the model computes anything; a ba
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from torch import nn
 
 from ..errors import NaFlexBatchError
+from .block import Block
+
+if TYPE_CHECKING:  # type-only: vision_transformer imports this module
+    from .vision_transformer import VisionTransformer
 
 BATCH_KEYS = ("patches", "patch_coord", "patch_valid")
 
@@ -47,7 +50,7 @@ def exporting() -> bool:
 
 @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
 def read_batch(
-    model: nn.Module,
+    model: VisionTransformer,
     x: Any,
     attn_mask: torch.Tensor | None = None,
     patch_valid: torch.Tensor | None = None,
@@ -85,7 +88,7 @@ def read_batch(
     return check_batch(model, patches, patch_coord, patch_valid, attn_mask)
 
 
-def _expected_fields(model: nn.Module) -> str:
+def _expected_fields(model: VisionTransformer) -> str:
     ph, pw = model.patch_embed.patch_size
     return (
         f"'patches' (batch, N, {ph * pw * model.in_chans}) = (batch, N, {ph}*{pw}*{model.in_chans}), "
@@ -98,7 +101,7 @@ def shape_text(t: torch.Tensor) -> str:
 
 
 def check_batch(
-    model: nn.Module, patches: Any, patch_coord: Any, patch_valid: Any, attn_mask: torch.Tensor | None
+    model: VisionTransformer, patches: Any, patch_coord: Any, patch_valid: Any, attn_mask: torch.Tensor | None
 ) -> NaFlexBatch:
     """Check every entry's type, shape and values; raise ``NaFlexBatchError`` naming the field."""
     for key, value in (("patches", patches), ("patch_coord", patch_coord), ("patch_valid", patch_valid)):
@@ -125,7 +128,8 @@ def check_batch(
         patch_valid = patch_valid != 0
     if attn_mask is not None:
         tokens = model.num_prefix_tokens + seq
-        heads = model.blocks[0].attn.num_heads if len(model.blocks) else 1
+        first = model.blocks[0] if len(model.blocks) else None
+        heads = first.attn.num_heads if isinstance(first, Block) else 1
         if (
             not isinstance(attn_mask, torch.Tensor)
             or attn_mask.dim() != 4
@@ -154,7 +158,7 @@ def check_batch(
     return NaFlexBatch(patches, patch_coord.long(), patch_valid, attn_mask, patch_size)
 
 
-def _flat_patches(model: nn.Module, patches: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+def _flat_patches(model: VisionTransformer, patches: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
     """(B, N, P*P*C) as given, or (B, N, Ph, Pw, C) / (B, N, C, Ph, Pw) (timm's variable patch size) flattened."""
     channels, (ph, pw) = model.in_chans, model.patch_embed.patch_size
     channels_last = model.patchify_channels_last

@@ -128,7 +128,7 @@ class PatchEmbed(nn.Module):
             )
             with torch.no_grad():
                 proj.weight.copy_(resample_patch_embed(old.weight, list(new_size)))
-                if old.bias is not None:
+                if old.bias is not None and proj.bias is not None:
                     proj.bias.copy_(old.bias)
             for new, previous in zip(proj.parameters(), old.parameters(), strict=False):
                 new.requires_grad_(previous.requires_grad)

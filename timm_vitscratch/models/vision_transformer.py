@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..private_api import record_input_size
 from . import intermediates, naflex, naflex_batch, storage
-from .attention import AttentionPool, check_attn_impl
+from .attention import Attention, AttentionPool, check_attn_impl
 from .block import Block
 from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
@@ -227,7 +227,7 @@ class VisionTransformer(nn.Module):
         self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim, **dd)) if reg_tokens else None
         self.sincos_pos_embed = pos_embed == "sincos"
         if pos_embed == "learn":
-            self.pos_embed = nn.Parameter(torch.zeros(1, self._pos_embed_len(), embed_dim, **dd))
+            self.pos_embed: torch.Tensor | None = nn.Parameter(torch.zeros(1, self._pos_embed_len(), embed_dim, **dd))
         elif pos_embed == "sincos":
             table = self._sincos_table(device)
             self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
@@ -287,7 +287,7 @@ class VisionTransformer(nn.Module):
         )
         self.fc_norm = norm(embed_dim, **dd) if final_norm and use_fc_norm else nn.Identity()
         if representation_size:
-            self.pre_logits = nn.Sequential(
+            self.pre_logits: nn.Module = nn.Sequential(
                 OrderedDict(fc=nn.Linear(embed_dim, representation_size, **dd), act=nn.Tanh())
             )
         else:
@@ -461,7 +461,7 @@ class VisionTransformer(nn.Module):
         """Switch every attention layer between ``'sdpa'`` and ``'eager'`` (timm's ``fused_attn`` on or off)."""
         self.attn_impl = check_attn_impl(attn_impl)
         for module in self.modules():
-            if hasattr(module, "fused_attn"):
+            if isinstance(module, (Attention, AttentionPool)):
                 module.fused_attn = attn_impl == "sdpa"
 
     @torch.jit.ignore
@@ -627,9 +627,10 @@ class VisionTransformer(nn.Module):
         for index, block in enumerate(self.blocks):
             if index == last:
                 if checkpointing and not torch.jit.is_scripting():
-                    x = checkpoint(block.forward_prefix, x, num_tokens, use_reentrant=False)
+                    # nn.Sequential types its items as Module; each is a Block
+                    x = checkpoint(block.forward_prefix, x, num_tokens, use_reentrant=False)  # type: ignore[arg-type]
                 else:
-                    x = block.forward_prefix(x, num_tokens)
+                    x = block.forward_prefix(x, num_tokens)  # type: ignore[operator]
             elif checkpointing and not torch.jit.is_scripting():
                 x = checkpoint(block, x, None, use_reentrant=False)
             else:
@@ -705,7 +706,7 @@ class VisionTransformer(nn.Module):
         x = self._embed(x)
         maps = []
         for block in self.blocks:
-            x, attn = block.forward_with_attention(x)
+            x, attn = block.forward_with_attention(x)  # type: ignore[operator]  # each item is a Block
             maps.append(attn)
         return self.norm(x), maps
 

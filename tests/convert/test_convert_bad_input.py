@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -308,7 +309,8 @@ def test_failed_verification_writes_nothing(tmp_path, vit_file, monkeypatch):
 
 
 KILLABLE = textwrap.dedent("""
-    import sys, time
+    import faulthandler, signal, sys, time
+    faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if the process hangs
     from timm_vitscratch import tensor_writer as writer
     from timm_vitscratch.convert import convert
     raw_bytes, count = writer._raw_bytes, [0]
@@ -342,7 +344,13 @@ def test_conversion_killed_mid_write_keeps_previous_files(tmp_path, vit_file, si
         staging = [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # staged beside OUT_DIR
         assert staging and any(staging[0].iterdir())  # a half-written file exists right now
         proc.send_signal(sig)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it hangs, then fail
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            pytest.fail(f"the converter did not end within 60 s of the signal; its threads:\n{proc.communicate()[1]}")
     finally:
         if proc.poll() is None:
             proc.kill()

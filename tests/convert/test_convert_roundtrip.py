@@ -134,9 +134,9 @@ def test_small_scratch_model_exports_to_jax_with_heads_axis(tmp_path):
 @pytest.mark.parametrize(
     "options, refused",
     [
-        (dict(init_values=1e-5), r"no place for \['blocks\.0\.ls1\.gamma'"),
-        (dict(reg_tokens=2), r"no place for \['reg_token'\]"),
-        (dict(qk_norm=True), r"no place for \['blocks\.0\.attn\.k_norm\.bias'"),
+        (dict(init_values=1e-5), r"no place for 'blocks\.0\.ls1\.gamma'"),
+        (dict(reg_tokens=2), r"no place for 'reg_token'; "),
+        (dict(qk_norm=True), r"no place for 'blocks\.0\.attn\.k_norm\.bias'"),
         (dict(act_layer="quick_gelu"), "exact GELU; this model's MLP activation is QuickGELU"),
         (dict(no_embed_class=True), "no_embed_class=True"),
     ],

@@ -311,6 +311,9 @@ def test_failed_verification_writes_nothing(tmp_path, vit_file, monkeypatch):
 KILLABLE = textwrap.dedent("""
     import faulthandler, signal, sys, time
     faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if the process hangs
+    # Ctrl-C as in a terminal: a job started in the background of a non-interactive shell (as CI may start the
+    # suite) inherits SIGINT ignored, and Python then leaves it ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from timm_vitscratch import tensor_writer as writer
     from timm_vitscratch.convert import convert
     raw_bytes, count = writer._raw_bytes, [0]

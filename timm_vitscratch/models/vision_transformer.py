@@ -170,17 +170,17 @@ class VisionTransformer(nn.Module):
         super().__init__()
         dd: FactoryKwargs = {"device": device, "dtype": dtype}
         self._check_args(
-            num_classes,
-            depth,
-            embed_dim,
-            num_heads,
-            pos_embed,
-            global_pool,
-            class_token,
-            distilled,
-            representation_size,
-            weight_init,
-            reg_tokens,
+            num_classes=num_classes,
+            depth=depth,
+            embed_dim=embed_dim,
+            num_heads=num_heads,
+            pos_embed=pos_embed,
+            global_pool=global_pool,
+            class_token=class_token,
+            distilled=distilled,
+            representation_size=representation_size,
+            weight_init=weight_init,
+            reg_tokens=reg_tokens,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
@@ -304,18 +304,20 @@ class VisionTransformer(nn.Module):
 
     @staticmethod
     def _check_args(
-        num_classes,
-        depth,
-        embed_dim,
-        num_heads,
-        pos_embed,
-        global_pool,
-        class_token,
-        distilled,
-        representation_size,
-        weight_init,
-        reg_tokens,
+        *,
+        num_classes: int,
+        depth: int,
+        embed_dim: int,
+        num_heads: int,
+        pos_embed: str,
+        global_pool: str,
+        class_token: bool,
+        distilled: bool,
+        representation_size: int | None,
+        weight_init: str,
+        reg_tokens: int,
     ) -> None:
+        """Refuse option values and combinations the model cannot build, before anything is built."""
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0 (0 = no classifier), got {num_classes}")
         if depth < 1:

@@ -29,6 +29,7 @@ from tests.support.local_hub import DelayFault, GateFault
 from timm_vitscratch import hub
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub import cache
+from timm_vitscratch.install import ConcurrentWriteError
 
 
 def pull_in_child(repo, out, stage):
@@ -199,3 +200,55 @@ def test_two_processes_pulling_one_repo_at_once_both_get_a_correct_model(hub_env
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(loaded(x), source(x))
+
+
+@pytest.mark.parametrize("parent", ["exists", "missing"])
+def test_a_pull_overtaken_during_its_download_by_a_pull_of_the_same_files_ends_quietly(
+    parent, hub_env, tmp_path, request, monkeypatch
+):
+    """The order the two-process test above meets only by chance, made certain: the other pull installs
+    while this one downloads. This pull started from an empty ``out`` and must see the other as a
+    concurrent writer of the same files (nothing to do), not refuse ``out`` as filled."""
+    repo = repo_for(request)
+    torch.manual_seed(14)
+    source = tiny().eval()
+    hub.push(model_dir(tmp_path / "src", source), repo)
+    out = tmp_path / "out" if parent == "exists" else tmp_path / "new" / "out"
+    download = hub.client._download
+    overtaken = []
+
+    def overtaken_while_downloading(*args, **kwargs):
+        snapshot = download(*args, **kwargs)
+        if not overtaken:
+            overtaken.append(None)  # the other pull downloads through this too
+            overtaken[0] = hub.pull(repo, out)  # the other pull, start to end
+        return snapshot
+
+    monkeypatch.setattr(hub.client, "_download", overtaken_while_downloading)
+    assert hub.pull(repo, out) == out
+    assert overtaken == [out]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".out.")) == []
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(timm.create_model(f"local-dir:{out}", pretrained=True).eval()(x), source(x))
+
+
+def test_a_pull_overtaken_by_a_pull_of_other_files_fails_and_keeps_them(hub_env, tmp_path, request, monkeypatch):
+    repo, other = repo_for(request), repo_for(request, "-other")
+    torch.manual_seed(15)
+    hub.push(model_dir(tmp_path / "src", tiny()), repo)
+    hub.push(model_dir(tmp_path / "other", tiny()), other)
+    out = tmp_path / "out"
+    download = hub.client._download
+
+    def overtaken_while_downloading(repo_id, *args, **kwargs):
+        snapshot = download(repo_id, *args, **kwargs)
+        if repo_id == repo:
+            hub.pull(other, out)
+        return snapshot
+
+    monkeypatch.setattr(hub.client, "_download", overtaken_while_downloading)
+    with pytest.raises(ConcurrentWriteError, match="written by another process"):
+        hub.pull(repo, out)
+    assert files(out) == files(tmp_path / "other") | {"README.md": (out / "README.md").read_bytes()}

@@ -251,15 +251,15 @@ def pull(
     out_dir = Path(out_dir).resolve()  # "." has no name to stage beside, and no parent to stage in
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
-    # a missing parent holds nothing to recover: it is created after the download, as convert creates its own
+    # a missing parent holds nothing to recover (nothing was there: None); it is created after the download.
+    # Where the pull starts from is fixed here: a pull beside this one that installs first must be seen as
+    # a concurrent writer (same files: nothing to do), not as the state this pull started from.
     started = starting_point(out_dir) if out_dir.parent.is_dir() else None
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     label = f"{repo_id}@{revision or DEFAULT_REVISION}"
     snapshot = _download(repo_id, revision, token, label)
-    if started is None:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        started = starting_point(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     with staged_directory(out_dir) as staging:
         for name in REPO_FILES:
             if (snapshot / name).is_file():

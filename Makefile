@@ -5,6 +5,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers (each file's tests run in one of them); WORKERS=0 runs the suite in this process
+WORKERS ?= 2
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo check test test-fast clean
@@ -27,10 +29,10 @@ check: $(STAMP)
 	$(BIN)/mypy
 
 test: check
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,10 +1,17 @@
-import sys
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.support import session_report
+
 pytest_plugins = ["tests.support.hub_fixtures"]
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # pytest-xdist workers share the cores: torch's default (a thread per core in each) would oversubscribe them
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    torch.set_num_threads(max(1, cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 TESTS = Path(__file__).resolve().parent
 #: Tests marked ``slow``: ``make test-fast`` (``pytest -m "not slow"``) leaves them out, ``make test`` runs
@@ -105,15 +112,21 @@ def _seed():
     torch.manual_seed(0)
 
 
+def pytest_sessionfinish(session):
+    """Hand this process's end-of-run report to the controller (xdist worker), or keep it to print."""
+    parts = session_report.own_parts()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["session_report"] = parts
+    else:
+        session_report.merge(parts)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: known only where pytest-xdist is installed
+def pytest_testnodedown(node, error):
+    session_report.merge(getattr(node, "workeroutput", {}).get("session_report", {"fuzz": {}, "sections": []}))
+
+
 def pytest_terminal_summary(terminalreporter):
-    """How many fuzz cases ran (tests/support/fuzzing.py counts them), by loader and outcome."""
-    fuzzing = sys.modules.get("tests.support.fuzzing")
-    if fuzzing is None or not fuzzing.CASES:
-        return
-    terminalreporter.section("fuzz cases run")
-    total = 0
-    for name, outcomes in fuzzing.CASES.items():
-        total += sum(outcomes.values())
-        shown = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
-        terminalreporter.write_line(f"{name}: {sum(outcomes.values())} ({shown})")
-    terminalreporter.write_line(f"total: {total}")
+    """timm's test table and how many fuzz cases ran (tests/support/fuzzing.py counts them), by loader and outcome."""
+    session_report.write(terminalreporter)

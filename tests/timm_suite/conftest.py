@@ -1,4 +1,5 @@
-"""Runs timm's own model tests once per session (a child pytest) and shows their table at the end."""
+"""Runs timm's own model tests once per session (a child pytest); their table is printed at the end
+(tests/support/session_report.py)."""
 
 from __future__ import annotations
 
@@ -19,20 +20,12 @@ OUR_MODELS = {
 }
 REFERENCE_MODELS = ["vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "vit_small_patch14_reg4_dinov2"]
 
-_RUN = {}
-
 
 @pytest.fixture(scope="session")
 def timm_suite_outcomes(tmp_path_factory):
     """``{(timm test, model): [(outcome, message)]}`` for our models and timm's reference ViTs."""
     started = time.perf_counter()
-    outcomes, output = timm_tests.run(tmp_path_factory.mktemp("timm_suite"), [*OUR_MODELS, *REFERENCE_MODELS])
-    _RUN.update(outcomes=outcomes, output=output, seconds=time.perf_counter() - started)
+    outcomes, _ = timm_tests.run(tmp_path_factory.mktemp("timm_suite"), [*OUR_MODELS, *REFERENCE_MODELS])
+    title = f"timm {timm.__version__} tests/test_models.py ({time.perf_counter() - started:.0f} s)"
+    timm_tests.LAST_RUN.update(section=(title, timm_tests.table(outcomes, REFERENCE_MODELS + list(OUR_MODELS))))
     return outcomes
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _RUN:
-        return
-    terminalreporter.section(f"timm {timm.__version__} tests/test_models.py ({_RUN['seconds']:.0f} s)")
-    terminalreporter.write_line(timm_tests.table(_RUN["outcomes"], REFERENCE_MODELS + list(OUR_MODELS)))

@@ -127,6 +127,9 @@ def prepare(directory: Path) -> Path:
 
 Outcomes = dict[tuple[str, str], list[tuple[str, str]]]
 
+#: this session's run, once it happened: ``section`` = (title, table) for the end-of-run report
+LAST_RUN: dict[str, tuple[str, str]] = {}
+
 
 def run(
     directory: Path, models: Iterable[str], tests: Iterable[str] = PER_MODEL_TESTS, timeout: float = 900

@@ -3,7 +3,9 @@
 Damage is truncation and byte edits (a flipped bit or a replaced byte), at positions drawn anywhere in
 the file or, more often, inside its structure (safetensors header, zip headers and central directory,
 pickles), where a reader's parsing happens; flips in tensor data only change values.
-Every run is deterministic (``derandomize=True``, no example database) and bounded (``max_examples``).
+Every run has a fixed seed (``derandomize=True``, no example database) and is bounded (``max_examples``).
+hypothesis also mixes in constants from the local modules imported so far, so which cases are drawn (not
+how many) depends on what ran before in the process; no test asserts how the outcomes split.
 """
 
 from __future__ import annotations

@@ -124,7 +124,9 @@ def pytest_sessionfinish(session):
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: known only where pytest-xdist is installed
 def pytest_testnodedown(node, error):
-    session_report.merge(getattr(node, "workeroutput", {}).get("session_report", {"fuzz": {}, "sections": []}))
+    parts = getattr(node, "workeroutput", {}).get("session_report")
+    if parts:  # a worker that crashed before its session finished hands over nothing
+        session_report.merge(parts)
 
 
 def pytest_terminal_summary(terminalreporter):

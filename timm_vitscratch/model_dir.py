@@ -33,7 +33,8 @@ from .models.build import build_on_meta
 from .models.model_args import check_label_names, check_saved_config
 from .models.variants import ARCHITECTURES
 from .private_api import save_config_for_hf
-from .reading import read_json_object, read_text, regular_file
+from .gate.files import read_text, regular_file
+from .gate.json_data import read_json_object
 from .tensor_writer import FLOAT_NAMES, TensorSpec, write_safetensors
 
 WEIGHTS_NAME = "model.safetensors"
@@ -136,7 +137,7 @@ def read_config(directory: PathLike, contained: bool = True) -> dict[str, Any]:
     Raises ``FileNotFoundError`` when it is missing and :class:`ModelDirectoryError` (a ``ValueError``)
     when it is not a regular file (inside the directory, unless ``contained=False``: a Hugging Face
     cache snapshot, whose files are symlinks into the cache's blobs), is too large or too deeply nested,
-    or is not UTF-8 JSON holding an object (see :mod:`timm_vitscratch.reading`).
+    or is not UTF-8 JSON holding an object (see :mod:`timm_vitscratch.gate`).
     """
     path = Path(directory) / CONFIG_NAME
     if not os.path.lexists(path):

@@ -28,7 +28,9 @@ from timm_vitscratch.models.model_args import (
     check_model_args,
     estimated_parameters,
 )
-from timm_vitscratch.reading import MAX_JSON_DEPTH
+from timm_vitscratch.gate.json_data import DEFAULT_LIMITS
+
+MAX_JSON_DEPTH = DEFAULT_LIMITS.max_depth
 
 #: create_model-level and builder arguments: a config may never set them
 NOT_OPTIONS = (

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConversionError
-from ..reading import read_json_object, regular_file
+from ..gate.files import regular_file
+from ..gate.json_data import read_json_object
 from .checkpoint import Checkpoint, brief
 from .npz_file import NpzCheckpoint, check_expansion
 from .safetensors_file import SafetensorsCheckpoint

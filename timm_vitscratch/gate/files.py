@@ -2,24 +2,19 @@
 and never more than a budget.
 
 A FIFO would block a read forever and a device would never end it; a symlink could make a model
-directory read (and a push upload) any file on the machine; a deeply nested or huge JSON file would
-exhaust the stack or the memory. Every side file (``config.json``, ``preprocessor_config.json``, label
-lists, model cards) is read here.
+directory read (and a push upload) any file on the machine. Every side file (``config.json``,
+``preprocessor_config.json``, label lists, model cards) is read here; JSON is then parsed by
+:mod:`.json_data`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Union
+from typing import Union
 
-#: the largest JSON side file read (a config with 100,000 label names is about 3 MB)
-MAX_JSON_BYTES = 16 << 20
-#: the deepest nesting of objects and lists a JSON side file may have (timm's configs use 3)
-MAX_JSON_DEPTH = 32
 #: the largest text side file read (label lists, model cards)
 MAX_TEXT_BYTES = 16 << 20
 
@@ -71,31 +66,3 @@ def read_text(path: PathLike, error: ErrorType, inside: PathLike | None = None, 
         return read_bytes(path, limit, error, inside).decode("utf-8")
     except UnicodeDecodeError as err:
         raise error(f"{path} is not UTF-8 text: {err}") from None
-
-
-def read_json_object(path: PathLike, error: ErrorType, inside: PathLike | None = None) -> dict:
-    """A JSON side file holding an object: bounded in size and nesting, with a clear error otherwise."""
-    text = read_text(path, error, inside, MAX_JSON_BYTES)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise error(f"{path} is not valid JSON: {err}") from None
-    except RecursionError:
-        raise error(f"{path} nests JSON deeper than {MAX_JSON_DEPTH} levels; expected a flat config") from None
-    if json_depth(value) > MAX_JSON_DEPTH:
-        raise error(f"{path} nests JSON deeper than {MAX_JSON_DEPTH} levels; expected a flat config")
-    if not isinstance(value, dict):
-        raise error(f"{path} holds a JSON {type(value).__name__}; expected an object of config fields")
-    return value
-
-
-def json_depth(value: Any) -> int:
-    """How deeply lists and objects nest in a parsed JSON value (without recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, depth)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return deepest

@@ -1,0 +1,14 @@
+"""The gate: the one place where bytes from outside become Python objects, with bounds checked first.
+
+Outside means anything this process did not make: a file a user points at, a model directory, a
+checkpoint, the Hub's answers, an image, a NaFlex batch. Each kind enters through one module here,
+which checks sizes, counts and shapes before anything is parsed, built or allocated, and raises the
+caller's error type with a message that says what was wrong and what was expected:
+
+- :mod:`.files`: regular files only (no FIFO, device or link out of their directory), bounded reads;
+- :mod:`.json_data`: JSON bounded in bytes, values, depth, string length and digits before parsing;
+
+``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
+outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).
+docs/guarantees.md lists the bounds.
+"""

@@ -62,7 +62,7 @@ def parse_json(data: bytes, label: str, error: ErrorType, limits: JsonLimits = D
         depth += 1 if bracket in (b"[", b"{") else -1
         deepest = max(deepest, depth)
     if deepest > limits.max_depth:
-        raise error(f"{label} nests JSON {deepest} levels deep; at most {limits.max_depth} (expected a flat config)")
+        raise error(f"{label} nests JSON deeper than {limits.max_depth} levels ({deepest}); expected a flat config")
     digits = max((len(run) for run in _DIGITS.findall(bare)), default=0)
     if digits > limits.max_digits:
         raise error(f"{label} holds a number of {digits:,} digits; at most {limits.max_digits} are read")
@@ -71,14 +71,9 @@ def parse_json(data: bytes, label: str, error: ErrorType, limits: JsonLimits = D
     except UnicodeDecodeError as err:
         raise error(f"{label} is not UTF-8 text: {err}") from None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text)
     except (json.JSONDecodeError, RecursionError, ValueError) as err:
         raise error(f"{label} is not valid JSON: {err}") from None
-
-
-def _no_constant(name: str) -> float:
-    """NaN and Infinity are not JSON (Python's encoder writes them; no config of ours has them)."""
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def read_json_object(

@@ -1,6 +1,6 @@
 """Native resolution: timm's NaFlex batches through the Vision Transformer, packed so that padding costs nothing.
 
-A NaFlex batch (read and checked by models/naflex_batch.py) holds each image at its own size as a
+A NaFlex batch (checked and bounded by gate/naflex_batch.py) holds each image at its own size as a
 sequence of flattened patches, padded to one length. timm's ``NaFlexVit`` computes every padded
 position and masks it out.
 

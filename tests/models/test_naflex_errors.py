@@ -1,11 +1,15 @@
 """A bad NaFlex batch gets a NaFlexBatchError (a ValueError) naming the field and the expected shape."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from tests.support import tiny
 from tests.support.naflex_batches import images, naflex_batch
 from timm_vitscratch.errors import NaFlexBatchError
+from timm_vitscratch.gate.naflex_batch import read_naflex_batch
+from timm_vitscratch.models.naflex_batch import spec_of
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +98,69 @@ def test_attention_mask_of_the_wrong_shape(model, batch):
 def test_not_a_tensor(model, batch):
     error = _error(model, dict(batch, patches=batch["patches"].tolist()))
     assert error.field == "patches" and "expected a tensor, got list" in str(error)
+
+
+def test_a_batch_of_no_images(model, batch):
+    error = _error(model, {key: value[:0] for key, value in batch.items() if key != "seq_len"})
+    assert error.field == "patches" and "0 images" in str(error) and "at least one" in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_patches_of_another_float_dtype_than_the_weights(model, batch, dtype):
+    error = _error(model, dict(batch, patches=batch["patches"].to(dtype)))
+    assert error.field == "patches" and str(dtype) in str(error) and "expected torch.float32" in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool, torch.complex64])
+def test_patches_that_are_not_floating_point(model, batch, dtype):
+    error = _error(model, dict(batch, patches=batch["patches"].to(dtype)))
+    assert error.field == "patches" and str(dtype) in str(error) and "floating-point" in str(error)
+
+
+def test_patches_of_a_lower_precision_run_under_autocast(model, batch):
+    with torch.no_grad():
+        expected = model(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model(dict(batch, patches=batch["patches"].bfloat16()))
+    assert got.shape == expected.shape and (got.float() - expected).abs().max() < 0.2
+
+
+@pytest.mark.parametrize("side", [0, 65, 1000])
+def test_a_patch_side_of_zero_or_past_the_bound(model, side):
+    batch = naflex_batch(images([(16, 16)]), patch_size=8, max_seq_len=4, flatten=False)
+    patches = torch.zeros(1, 4, side, 8, 3)
+    error = _error(model, dict(batch, patches=patches))
+    assert (
+        error.field == "patches" and f"patch side of {side} pixels" in str(error) and "expected 1 to 64" in str(error)
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool, torch.uint64, torch.uint32])
+def test_coordinates_of_a_dtype_that_is_not_a_plain_integer(model, batch, dtype):
+    error = _error(model, dict(batch, patch_coord=batch["patch_coord"].to(dtype)))
+    assert error.field == "patch_coord" and "integer" in str(error) and str(dtype) in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_coordinates_of_a_narrower_integer_dtype_are_read(model, batch, dtype):
+    with torch.no_grad():
+        assert torch.equal(model(dict(batch, patch_coord=batch["patch_coord"].to(dtype))), model(batch))
+
+
+def test_an_attention_mask_of_another_dtype(model, batch):
+    from timm.models.naflexvit import create_attention_mask
+
+    mask = create_attention_mask(batch["patch_valid"], num_prefix_tokens=1, dtype=torch.float64)
+    error = _error(model, dict(batch, attn_mask=mask))
+    assert error.field == "attn_mask" and "torch.float64" in str(error) and "bool" in str(error)
+    error = _error(model, dict(batch, attn_mask=mask.tolist()))
+    assert error.field == "attn_mask" and "expected a tensor" in str(error)
+
+
+def test_entries_on_another_device_than_the_model():
+    # the gate sees the model as numbers: a model on another device than the batch is one device field
+    batch = naflex_batch(images([(16, 24)]), patch_size=8, max_seq_len=8)
+    spec = replace(spec_of(tiny()), device=torch.device("meta"))
+    with pytest.raises(NaFlexBatchError) as caught:
+        read_naflex_batch(spec, batch)
+    assert caught.value.field == "patches" and "is on cpu" in str(caught.value) and "meta" in str(caught.value)

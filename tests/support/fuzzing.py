@@ -113,8 +113,9 @@ class LoaderProcess:
     (a hang) comes back as ``{"outcome": "crash" | "hang", ...}`` and a fresh process is started.
     """
 
-    def __init__(self, timeout: float = 60.0) -> None:
+    def __init__(self, timeout: float = 60.0, script: Path = WORKER_SCRIPT) -> None:
         self.timeout = timeout
+        self.script = script  # another worker speaking the same protocol (tests/support/naflex_worker.py)
         self._proc: subprocess.Popen | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
@@ -125,7 +126,7 @@ class LoaderProcess:
         self._stderr.seek(0)
         self._stderr.truncate()
         self._proc = subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT)],
+            [sys.executable, str(self.script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

@@ -168,7 +168,7 @@ def body_limit(
         size = linked if linked is not None else (None if 300 <= status < 400 else length)
         if size is not None and 200 <= status < 400 and size != file.size:
             raise error(f"{where}: the Hub announced {size:,} bytes; its file list says {file.size:,}")
-        return 0 if 200 <= status < 300 else MAX_MESSAGE_BYTES
+        return 0  # an answer to HEAD has no body
     if status == 206:
         span = _CONTENT_RANGE.fullmatch(headers.get("Content-Range", "").strip())
         if span is None or int(span[3]) != file.size or not int(span[1]) <= int(span[2]) < file.size:

@@ -375,7 +375,7 @@ def _listing(
     with guard.api():
         answer = get_session().get(f"{endpoint}/api/models/{repo_id}/tree/{commit}", headers=headers)
         hf_raise_for_status(answer)
-    return commit, repo_files(answer.content, f"{label} ({commit})", PULL_FILES, PULL_REQUIRED, HubAnswerError)
+    return commit, repo_files(answer.content, label, PULL_FILES, PULL_REQUIRED, HubAnswerError)
 
 
 def _fetch(

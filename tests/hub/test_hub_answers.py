@@ -133,6 +133,8 @@ def test_the_answers_of_a_download_that_agree_with_the_list_give_their_body_size
         ("GET", 206, {"Content-Range": "bytes 900-100/1000"}, "expected a range of the 1,000 bytes listed"),
         ("GET", 206, {}, "Content-Range None"),
         ("GET", 200, {"Content-Encoding": "gzip"}, "Content-Encoding 'gzip'; the pull asks for 'identity'"),
+        ("GET", 200, {"Content-Range": "x"}, "Content-Range 'x'; expected a range"),
+        ("HEAD", 302, {"Location": "file:///etc/passwd"}, "Location 'file:///etc/passwd'; expected an http(s) URL"),
     ],
 )
 def test_answers_of_a_download_that_disagree_with_the_list_are_refused(method, status, headers, match):

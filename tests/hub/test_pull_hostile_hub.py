@@ -88,7 +88,7 @@ def test_a_body_that_trickles_stops_at_the_no_progress_window(pushed, inject, tm
 
     fault = inject(AnswerFault(slowly, origin="storage", method="GET", path=sha256))
     message = refused(repo, tmp_path, "model.safetensors: the Hub sent ")
-    assert "a pull needs 65,536 bytes (or the rest of the file) every 1 s" in message
+    assert "a pull needs 65,536 bytes (or the rest of the answer) every 1 s" in message
     assert fault.sent < 100  # one byte every 0.2 s for about a second
     monkeypatch.setenv(transfer.STALL_S_ENV, "1")  # the CLI takes the limits from the environment
     assert cli_main(["pull", repo, str(tmp_path / "out")]) == 2
@@ -150,7 +150,7 @@ def test_a_body_that_runs_past_the_listed_size_is_cut_there(pushed, inject, tmp_
         answer.body = endless(stop=inject.stop)
 
     fault = inject(AnswerFault(flood, origin="storage", method="GET", path=sha256))
-    refused(repo, tmp_path, f"model.safetensors: the Hub sent more than the {size:,} bytes it announced")
+    refused(repo, tmp_path, f"model.safetensors: the Hub sent more than the {size:,} bytes it listed")
     assert fault.hits == 1
     assert all(p.stat().st_size <= size for p in cache_files(tmp_path))
 

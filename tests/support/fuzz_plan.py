@@ -24,6 +24,8 @@ PLAN = {
     "train.py model_kwargs (convert)": 60,
     "safetensors dtypes and special floats (check, local-dir:, convert)": 60,
     "symlinks and special files in a model directory": 24,
+    # a local Hub that lies in its answers to a pull (tests/hub/test_fuzz_hostile_hub.py)
+    "pull from a hostile Hub (headers, sizes, commit ids, file lists, slow bodies)": 100,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

@@ -11,7 +11,8 @@ come out:
   never used;
 - the headers of every answer while a file downloads (:func:`body_limit`): ``X-Repo-Commit`` is that
   commit, ``ETag`` / ``X-Linked-Etag`` that file's hash, ``X-Linked-Size`` / ``Content-Length`` /
-  ``Content-Range`` its size, and the body is not encoded; the result is the most bytes the body may hold.
+  ``Content-Range`` its size, ``Location`` a URL, and the body is not encoded; the result is the most bytes
+  the body may hold.
 
 JSON answers go through :mod:`.json_data` with its bounds. Errors are the caller's type, with a message
 naming what was wrong and what was expected.
@@ -164,23 +165,26 @@ def body_limit(
         etag = headers.get("X-Linked-Etag") or headers.get("ETag")
         if etag is not None and etag.strip() not in (file.etag, f'"{file.etag}"', f'W/"{file.etag}"'):
             raise error(f"{where}: the Hub answered ETag {shown(etag)}; expected {file.etag}, as it listed")
+        location = headers.get("Location")
+        if location is not None and not location.startswith(("https://", "http://", "/")):
+            raise error(f"{where}: the Hub answered Location {shown(location)}; expected an http(s) URL or a path")
         linked = _header_size(headers, "X-Linked-Size", where, error)
         size = linked if linked is not None else (None if 300 <= status < 400 else length)
         if size is not None and 200 <= status < 400 and size != file.size:
             raise error(f"{where}: the Hub announced {size:,} bytes; its file list says {file.size:,}")
         return 0  # an answer to HEAD has no body
-    if status == 206:
+    if not 200 <= status < 300:
+        return MAX_MESSAGE_BYTES
+    expected = file.size
+    if status == 206 or "Content-Range" in headers:  # huggingface_hub takes the file's size from it
         span = _CONTENT_RANGE.fullmatch(headers.get("Content-Range", "").strip())
         if span is None or int(span[3]) != file.size or not int(span[1]) <= int(span[2]) < file.size:
             raise error(
                 f"{where}: the Hub answered Content-Range {shown(headers.get('Content-Range'))}; "
                 f"expected a range of the {file.size:,} bytes listed"
             )
-        expected = int(span[2]) - int(span[1]) + 1
-    elif 200 <= status < 300:
-        expected = file.size
-    else:
-        return MAX_MESSAGE_BYTES
+        if status == 206:
+            expected = int(span[2]) - int(span[1]) + 1
     if length is not None and length != expected:
         raise error(f"{where}: the Hub announced a body of {length:,} bytes; expected {expected:,}, the size it listed")
     return expected

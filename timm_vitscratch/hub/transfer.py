@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from huggingface_hub import constants, get_session
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.utils import httpx
 
 from ..gate.hub_answers import HubFile, body_limit
@@ -110,6 +111,7 @@ class Guard:
         self.file: HubFile | None = None
         self.commit: str | None = None
         self.failure: HubAnswerError | None = None
+        self.last: tuple[str, int] | None = None  # the last answer: (method, status)
         self._mark = time.monotonic()  # the start of the current no-progress window
         self._bytes = 0  # body bytes received in it
 
@@ -129,14 +131,34 @@ class Guard:
     @contextlib.contextmanager
     def _phase(self, file: HubFile | None, commit: str | None) -> Iterator[None]:
         _install_hooks()
-        self.file, self.commit = file, commit
+        self.file, self.commit, self.last = file, commit, None
         self._progress(reset=True)
         token = _ACTIVE.set(self)
         try:
             yield
+        except _TOLD:
+            raise
+        except OSError as error:
+            if error.errno is None:  # not the machine's own (a full disk ...): huggingface_hub's, about an answer
+                raise self._unusable(error) from error
+            raise
+        except Exception as error:
+            raise self._unusable(error) from error
         finally:
             _ACTIVE.reset(token)
             self.file = self.commit = None
+
+    def _unusable(self, error: Exception) -> HubAnswerError:
+        """What to say when huggingface_hub fails on an answer the checks let through (or the guard's own failure)."""
+        if self.failure is not None:
+            return self.failure
+        answer = f" (HTTP {self.last[1]} to {self.last[0]})" if self.last is not None else ""
+        cause = error.__cause__ or error.__context__
+        because = f"; {type(cause).__name__}: {_first_line(cause)}" if cause is not None else ""
+        return HubAnswerError(
+            f"{self.where()}: huggingface_hub could not use the Hub's answer{answer}: "
+            f"{type(error).__name__}: {_first_line(error)}{because}"
+        )
 
     # --- the rules -------------------------------------------------------------------------------
     def fail(self, message: str) -> NoReturn:
@@ -148,7 +170,7 @@ class Guard:
         self.failure = HubAnswerError(message)
         return self.failure
 
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"{self.label}: {self.file.name}" if self.file is not None else self.label
 
     def check(self, wanted: int) -> None:
@@ -159,14 +181,14 @@ class Guard:
         now = time.monotonic()
         if now > self.deadline:
             self.fail(
-                f"{self._where()}: the pull ran past its deadline of {self.limits.deadline_s:g} s ({DEADLINE_ENV})"
+                f"{self.where()}: the pull ran past its deadline of {self.limits.deadline_s:g} s ({DEADLINE_ENV})"
             )
         if self._bytes >= min(self.limits.stall_bytes, wanted):
             self._progress(reset=True)
         elif now - self._mark > self.limits.stall_s:
             self.fail(
-                f"{self._where()}: the Hub sent {self._bytes:,} bytes in {now - self._mark:.0f} s; a pull needs "
-                f"{self.limits.stall_bytes:,} bytes (or the rest of the file) every {self.limits.stall_s:g} s "
+                f"{self.where()}: the Hub sent {self._bytes:,} bytes in {now - self._mark:.0f} s; a pull needs "
+                f"{self.limits.stall_bytes:,} bytes (or the rest of the answer) every {self.limits.stall_s:g} s "
                 f"({STALL_BYTES_ENV}, {STALL_S_ENV})"
             )
 
@@ -192,6 +214,7 @@ class Guard:
     def on_response(self, response: httpx.Response) -> None:
         self.check(wanted=0)
         self._progress(reset=True)  # an answer is progress
+        self.last = (response.request.method, response.status_code)
         limit = body_limit(
             response.request.method,
             response.status_code,
@@ -221,8 +244,9 @@ class _CountedStream(httpx.SyncByteStream):
         for chunk in self._stream:
             self._received += len(chunk)
             if self._received > self._limit:
+                what = "it listed" if self._guard.file is not None else "an answer of the Hub's API may hold"
                 self._guard.fail(
-                    f"{self._guard._where()}: the Hub sent more than the {self._limit:,} bytes it announced; "
+                    f"{self._guard.where()}: the Hub sent more than the {self._limit:,} bytes {what}; "
                     "the download was stopped there"
                 )
             self._guard.on_chunk(len(chunk), self._limit - self._received)
@@ -231,6 +255,14 @@ class _CountedStream(httpx.SyncByteStream):
     def close(self) -> None:
         self._stream.close()
 
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else "(no message)"
+
+
+#: errors of a download that tell a person what happened as they are (see hub.failures)
+_TOLD = (HubAnswerError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, httpx.TransportError)
 
 # --- the hooks -------------------------------------------------------------------------------------
 _ACTIVE: ContextVar[Guard | None] = ContextVar("timm_vitscratch_pull_guard", default=None)

@@ -4,7 +4,8 @@ A fault matches requests by origin (``"api"`` or ``"storage"``), method and a re
 the path, and handles them instead of the Hub, for a number of ``times`` or until removed. The server
 asks its faults in order before routing each request (``LocalHub.faults``). A fault either answers
 itself (an HTTP error, a dropped connection) or lets the Hub answer through
-``handler.route_request()`` and interferes with that (a delay, a body cut short or corrupted).
+``handler.route_request()`` and interferes with that (a delay, a body cut short or corrupted, or with
+:class:`AnswerFault` anything at all: a lying header, status or JSON body, a body sent slowly or without end).
 Add new kinds by subclassing :class:`Fault` and overriding :meth:`Fault.respond`.
 """
 

@@ -371,3 +371,41 @@ def test_limits_given_override_the_environment(monkeypatch):
     assert transfer.TransferLimits.resolve(stall_s=2, stall_bytes=10, deadline_s=5) == transfer.TransferLimits(5, 2, 10)
     with pytest.raises(ValueError, match="stall_bytes=True: expected a whole number of bytes"):
         transfer.TransferLimits.resolve(stall_bytes=True)
+
+
+# --- Xet: the bytes come by plain HTTP, through the hooks ---------------------------------------------
+def test_an_answer_offering_xet_is_downloaded_by_plain_http(pushed, inject, tmp_path, monkeypatch):
+    """With hf_xet installed, huggingface_hub would move a file announced with X-Xet-Hash through Xet, past
+    the hooks; the pull drops that header, so the file comes by HTTP, bounded and checked."""
+    repo, sha256, _ = pushed
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+
+    def offer_xet(answer):
+        answer.set_header("X-Xet-Hash", "e" * 64)
+        answer.set_header("X-Xet-Refresh-Route", f"/api/models/{repo}/xet-read-token/main")
+
+    fault = inject(AnswerFault(offer_xet, method="HEAD", path=r"/resolve/.*/model\.safetensors$"))
+    out = hub.pull(repo, tmp_path / "out", **QUICK)
+    assert fault.hits >= 1 and sha256_file(out / "model.safetensors") == sha256
+
+
+def test_a_cached_file_list_is_not_used_in_place_of_the_checked_answers(pushed, local_hub, tmp_path, monkeypatch):
+    """huggingface_hub (with hf_xet) takes a file's hash and size from snapshot_download's cached list of the
+    commit instead of asking the Hub; a list a hostile Hub gave earlier would name the blob. The pull removes it."""
+    repo, sha256, size = pushed
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    commit = local_hub.store.resolve(repo, "main")["id"]
+    trees = tmp_path / "hf-home" / "hub" / ("models--" + repo.replace("/", "--")) / "trees"
+    trees.mkdir(parents=True)
+    hostile = {
+        "size": size,
+        "blob_id": "0" * 40,
+        "lfs_sha256": "../../../outside",
+        "lfs_size": size,
+        "xet_hash": "e" * 64,
+    }
+    (trees / f"{commit}.json").write_text(json.dumps({"format_version": 1, "files": {"model.safetensors": hostile}}))
+    out = hub.pull(repo, tmp_path / "out", **QUICK)
+    assert sha256_file(out / "model.safetensors") == sha256
+    assert not (trees / f"{commit}.json").exists()
+    assert [p for p in tmp_path.rglob("outside*")] == []

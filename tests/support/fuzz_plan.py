@@ -26,6 +26,8 @@ PLAN = {
     "symlinks and special files in a model directory": 24,
     # hostile NaFlex batches through the model's forward (tests/trust/test_fuzz_naflex.py)
     "NaFlex dicts (model forward)": 150,
+    # a local Hub that lies in its answers to a pull (tests/hub/test_fuzz_hostile_hub.py)
+    "pull from a hostile Hub (headers, sizes, commit ids, file lists, slow bodies)": 100,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

@@ -9,6 +9,8 @@ caller's error type with a message that says what was wrong and what was expecte
 - :mod:`.json_data`: JSON bounded in bytes, values, depth, string length and digits before parsing;
 - :mod:`.naflex_batch`: NaFlex batches handed to a model, checked entry by entry, coordinates bounded by
   each image's valid patches and the position table's resample bound;
+- :mod:`.hub_answers`: the Hub's answers to a pull (commit id, file list, sizes, hashes, download headers),
+  each of one exact form before a path or a size is taken from it;
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

@@ -84,4 +84,3 @@ def read_json_object(
     if not isinstance(value, dict):
         raise error(f"{path} holds a JSON {type(value).__name__}; expected an object of config fields")
     return value
-

@@ -1,9 +1,10 @@
 """Push and pull model directories through the Hugging Face Hub.
 
 Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_branch`` / ``create_commit`` /
-``model_info`` / ``verify_repo_checksums``, ``snapshot_download`` / ``hf_hub_download``) and timm's hub
-helpers (``save_config_for_hf`` through :mod:`.model_dir`, ``load_model_config_from_hf``, the model-card
-layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
+``model_info``; for a pull, ``get_session`` / ``build_hf_headers`` / ``hf_raise_for_status`` for the revision
+lookup and the file list, whose answers pass the gate, and ``hf_hub_download`` one file at a time within the
+bounds of :mod:`.transfer`) and timm's hub helpers (``save_config_for_hf`` through :mod:`.model_dir`,
+``load_model_config_from_hf``, the model-card layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
 ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client. Remote failures
 surface as ``huggingface_hub``'s own exceptions or its HTTP library's transport errors (told to people by
 :mod:`.failures`); a model directory that is not what it claims raises :class:`ModelDirectoryError`.
@@ -12,6 +13,7 @@ surface as ``huggingface_hub``'s own exceptions or its HTTP library's transport 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -21,16 +23,27 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import timm
-from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
+from huggingface_hub import CommitOperationAdd, HfApi, get_session, hf_hub_download
 from huggingface_hub.constants import DEFAULT_REVISION
-from huggingface_hub.errors import OfflineModeIsEnabled
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, httpx, validate_repo_id
 from timm.models import load_model_config_from_hf, split_model_name_tag
 from torch import nn
 
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
+from ..gate.files import MAX_TEXT_BYTES
+from ..gate.hub_answers import MAX_ANSWER_BYTES, MAX_WEIGHTS_BYTES, HubFile, repo_files, revision_commit
 from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
     CONFIG_NAME,
@@ -48,8 +61,18 @@ from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
 from ..models.vision_transformer import VisionTransformer
 from ..version import __version__
-from .cache import cache_dir_of, forget, remove_abandoned_downloads
+from .cache import (
+    cache_dir_of,
+    cached_snapshot,
+    forget,
+    forget_tree_listing,
+    record_revision,
+    remove_abandoned_downloads,
+    snapshot_dir,
+)
+from .failures import HubAnswerError
 from .model_card import model_card
+from .transfer import Guard, TransferLimits, guarded
 
 #: who makes the requests, in each one's user-agent (``timm_vitscratch/<version>; hf_hub/...``)
 LIBRARY_NAME = "timm_vitscratch"
@@ -225,6 +248,11 @@ def _hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> str | None:
 
 
 # --- pull ------------------------------------------------------------------------------------------
+#: the files of a model directory a pull takes from the repo, and the most bytes each may hold
+PULL_FILES = {CONFIG_NAME: MAX_ANSWER_BYTES, WEIGHTS_NAME: MAX_WEIGHTS_BYTES, README_NAME: MAX_TEXT_BYTES}
+PULL_REQUIRED = (CONFIG_NAME, WEIGHTS_NAME)
+
+
 def pull(
     repo_id: str,
     out_dir: PathLike,
@@ -232,15 +260,30 @@ def pull(
     token: str | None = None,
     force: bool = False,
     strict: bool = False,
+    deadline_s: float | None = None,
+    stall_s: float | None = None,
+    stall_bytes: int | None = None,
 ) -> Path:
     """Download ``repo_id`` at ``revision`` (branch or commit id) and install it into ``out_dir``.
 
-    Files come through the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), are
-    copied into a staging directory beside ``out_dir``, checked (registered architecture, tensors
-    fit the config, sha256 equals ``config.json``'s ``vitscratch.sha256``) and swapped into place in one
-    atomic step (``install``): on any failure, or a kill, ``out_dir`` is left as it was. A non-empty
-    ``out_dir`` is replaced only with ``force``. Weights holding NaN or Inf are installed with a warning, or
-    refused with ``strict=True``. Returns ``out_dir`` resolved (an absolute path).
+    The pull asks the Hub for the revision's commit id and the file list at that commit, and checks both
+    (:mod:`timm_vitscratch.gate.hub_answers`: a commit id of 40 lowercase hex digits, sizes within what a
+    model directory may hold, well-formed hashes) before a path is built from them. Then it downloads
+    ``config.json``, ``model.safetensors`` and ``README.md`` (if listed) one by one at that commit, through
+    the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), each answer's headers checked
+    against the list and each body stopped at the size listed (:mod:`.transfer`). The files are copied into a
+    staging directory beside ``out_dir``, checked (registered architecture, tensors fit the config, sha256
+    equals ``config.json``'s ``vitscratch.sha256``) and swapped into place in one atomic step (``install``):
+    on any failure, or a kill, ``out_dir`` is left as it was. A non-empty ``out_dir`` is replaced only with
+    ``force``. Weights holding NaN or Inf are installed with a warning, or refused with ``strict=True``.
+    Returns ``out_dir`` resolved (an absolute path).
+
+    Time: the pull's network work has ``deadline_s`` seconds in all (default 3600), and fails when the Hub
+    sends less than ``stall_bytes`` bytes of a body (or the rest of it; default 65,536) within ``stall_s``
+    seconds (default 30), which also caps every single wait. The environment variables
+    ``VITSCRATCH_PULL_DEADLINE_S``, ``VITSCRATCH_PULL_STALL_S`` and ``VITSCRATCH_PULL_STALL_BYTES`` set them
+    where the arguments are not given. A refused answer, a stalled or overlong download raises
+    :class:`~timm_vitscratch.hub.failures.HubAnswerError` (a ``ValueError``) naming the repo and the problem.
 
     Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
     if they are damaged again the pull fails and the damaged copy is removed from the cache.
@@ -248,6 +291,7 @@ def pull(
     same files, and with an error otherwise. A pull cleans up what an earlier, killed pull into ``out_dir``
     left behind, its partial download of the repo in the cache included.
     """
+    limits = TransferLimits.resolve(deadline_s, stall_s, stall_bytes)
     out_dir = Path(out_dir).resolve()  # "." has no name to stage beside, and no parent to stage in
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} exists and is not a directory")
@@ -258,7 +302,7 @@ def pull(
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
     label = f"{repo_id}@{revision or DEFAULT_REVISION}"
-    snapshot = _download(repo_id, revision, token, label)
+    snapshot = _download(repo_id, revision, token, label, limits)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with staged_directory(out_dir) as staging:
         for name in REPO_FILES:
@@ -274,40 +318,36 @@ def _occupied(directory: Path) -> bool:
     return directory.is_dir() and any(directory.iterdir())
 
 
-def _download(repo_id: str, revision: str | None, token: str | None, label: str) -> Path:
-    """The repo's files in the Hugging Face cache, each the bytes the Hub holds.
+def _download(
+    repo_id: str, revision: str | None, token: str | None, label: str, limits: TransferLimits | None = None
+) -> Path:
+    """The repo's files in the Hugging Face cache, each the bytes the Hub lists.
 
     Weights whose sha256 is not the one ``config.json`` records (or a ``config.json`` that does not say) are
-    damaged, on the way or in the cache, or really what the repo holds: huggingface_hub's
-    ``verify_repo_checksums`` (the Hub's LFS sha256, or git hash, of each file) tells which. Damaged files are
-    downloaded once more; damaged again, they are removed from the cache and the pull fails. Otherwise (or
-    offline, where the Hub cannot be asked) :func:`check_model_directory` says what is wrong.
+    damaged, on the way or in the cache, or really what the repo holds: the hashes of the Hub's file list
+    tell which. Damaged files are downloaded once more; damaged again, they are removed from the cache and
+    the pull fails. Otherwise (or offline, where the Hub cannot be asked) :func:`check_model_directory`
+    says what is wrong. Where the Hub cannot be reached (offline, a connection or server error), the
+    cached snapshot of the revision is used, as huggingface_hub's ``snapshot_download`` does.
     """
-    snapshot = Path(
-        snapshot_download(
-            repo_id,
-            revision=revision,
-            token=token,
-            allow_patterns=list(REPO_FILES),
-            library_name=LIBRARY_NAME,
-            library_version=__version__,
-        )
-    )
-    remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
-    if _weights_as_recorded(snapshot):
-        return snapshot
-    damaged = _damaged_files(repo_id, snapshot, token)
-    for name in damaged:
-        hf_hub_download(
-            repo_id,
-            name,
-            revision=snapshot.name,
-            token=token,
-            force_download=True,
-            library_name=LIBRARY_NAME,
-            library_version=__version__,
-        )
-    damaged = _damaged_files(repo_id, snapshot, token) if damaged else {}
+    validate_repo_id(repo_id)
+    revision = revision or DEFAULT_REVISION
+    with guarded(label, limits or TransferLimits.resolve()) as guard:
+        try:
+            commit, files = _listing(repo_id, revision, token, label, guard)
+        except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled, HfHubHTTPError) as error:
+            if isinstance(error, (httpx.ProxyError, RevisionNotFoundError)):
+                raise
+            return _cached(repo_id, revision, label, error)
+        snapshot = _fetch(repo_id, commit, files, token, guard)
+        record_revision(repo_id, revision, commit)
+        remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
+        if _weights_as_recorded(snapshot):
+            return snapshot
+        damaged = _damaged_files(snapshot, files)
+        if damaged:
+            _fetch(repo_id, commit, {name: files[name] for name in damaged}, token, guard, force_download=True)
+            damaged = _damaged_files(snapshot, files)
     if damaged:
         forget(repo_id, snapshot, damaged)  # never leave damaged bytes in the cache under the Hub's hash
         name, (algorithm, expected, actual) = next(iter(damaged.items()))
@@ -316,6 +356,65 @@ def _download(repo_id: str, revision: str | None, token: str | None, label: str)
             f"received have {actual} (a proxy or the network altering the download?); nothing was installed"
         )
     return snapshot
+
+
+def _listing(
+    repo_id: str, revision: str, token: str | None, label: str, guard: Guard
+) -> tuple[str, dict[str, HubFile]]:
+    """The revision's commit id and the files of a model directory the Hub lists at it, through the gate."""
+    endpoint = hub_api(token).endpoint
+    headers = build_hf_headers(token=token, library_name=LIBRARY_NAME, library_version=__version__)
+    with guard.api():
+        answer = get_session().get(
+            f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}", headers=headers
+        )
+        hf_raise_for_status(answer)
+    commit = revision_commit(answer.content, label, HubAnswerError)
+    if _COMMIT_ID.fullmatch(revision) and commit != revision:
+        raise HubAnswerError(f"{label}: the Hub answered commit {commit} for commit {revision}; expected the same")
+    with guard.api():
+        answer = get_session().get(f"{endpoint}/api/models/{repo_id}/tree/{commit}", headers=headers)
+        hf_raise_for_status(answer)
+    return commit, repo_files(answer.content, label, PULL_FILES, PULL_REQUIRED, HubAnswerError)
+
+
+def _fetch(
+    repo_id: str, commit: str, files: dict[str, HubFile], token: str | None, guard: Guard, force_download: bool = False
+) -> Path:
+    """Download ``files`` at ``commit`` one by one, each through the guard; returns the snapshot folder."""
+    snapshot = snapshot_dir(repo_id, commit)
+    forget_tree_listing(repo_id, commit)
+    for name, listed in files.items():
+        with guard.download(listed, commit):
+            path = hf_hub_download(
+                repo_id,
+                name,
+                revision=commit,
+                token=token,
+                force_download=force_download,
+                etag_timeout=guard.timeout(),
+                library_name=LIBRARY_NAME,
+                library_version=__version__,
+            )
+        if Path(path) != snapshot / name:  # what the checked answers allow, and nothing else
+            raise HubAnswerError(f"{guard.label}: huggingface_hub put {name} at {path}, not in {snapshot}")
+    return snapshot
+
+
+def _cached(repo_id: str, revision: str, label: str, error: Exception) -> Path:
+    """The cached snapshot to use when the Hub cannot be asked, or the error that says why there is none."""
+    snapshot = cached_snapshot(repo_id, revision, PULL_REQUIRED, HubAnswerError)
+    if snapshot is not None:
+        remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
+        return snapshot
+    if isinstance(error, (RepositoryNotFoundError, GatedRepoError)) or (
+        isinstance(error, HfHubHTTPError) and error.response is not None and error.response.status_code == 401
+    ):
+        raise error
+    raise LocalEntryNotFoundError(
+        f"{label}: the Hub could not be asked ({type(error).__name__}) and the local cache holds no snapshot "
+        "of this revision: cannot find the appropriate snapshot folder"
+    ) from error
 
 
 def _weights_as_recorded(snapshot: Path) -> bool:
@@ -328,15 +427,27 @@ def _weights_as_recorded(snapshot: Path) -> bool:
     return weights.is_file() and sha256_file(weights) == expected
 
 
-def _damaged_files(repo_id: str, snapshot: Path, token: str | None) -> dict[str, tuple[str, str, str]]:
-    """The files of ``snapshot`` whose bytes are not what the Hub holds: name -> (algorithm, Hub's hash, ours)."""
-    try:
-        check = hub_api(token).verify_repo_checksums(repo_id, revision=snapshot.name, cache_dir=cache_dir_of(snapshot))
-    except OfflineModeIsEnabled:
-        return {}
-    return {
-        m["path"]: (m["algorithm"], m["expected"], m["actual"]) for m in check.mismatches if m["path"] in REPO_FILES
-    }
+def _damaged_files(snapshot: Path, files: dict[str, HubFile]) -> dict[str, tuple[str, str, str]]:
+    """The files of ``snapshot`` whose bytes are not what the Hub lists: name -> (algorithm, Hub's hash, ours)."""
+    damaged = {}
+    for name, listed in files.items():
+        path = snapshot / name
+        if listed.sha256 is not None:
+            algorithm, expected, actual = "sha256", listed.sha256, sha256_file(path)
+        else:
+            algorithm, expected, actual = "git-sha1", listed.blob_id, _git_blob_id(path)
+        if actual != expected:
+            damaged[name] = (algorithm, expected, actual)
+    return damaged
+
+
+def _git_blob_id(path: Path) -> str:
+    """The git blob id of a file (sha1 of ``blob <size>\\0`` and its bytes), the Hub's hash of a non-LFS file."""
+    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 # --- pretrained tags -------------------------------------------------------------------------------

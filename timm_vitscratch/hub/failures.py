@@ -1,8 +1,8 @@
 """A failed push, pull or ``hf-hub:`` load told to a person: one sentence on what went wrong and what to check.
 
 The failures are ``huggingface_hub``'s own exceptions (``RepositoryNotFoundError``, ``RevisionNotFoundError``,
-``LocalEntryNotFoundError``, ``HfHubHTTPError``), its HTTP library's transport errors, and our
-``ValueError`` / ``OSError`` for bad input.
+``LocalEntryNotFoundError``, ``HfHubHTTPError``), its HTTP library's transport errors, our
+:class:`HubAnswerError` for a Hub answer that a pull refuses, and our ``ValueError`` / ``OSError`` for bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import httpx  # the HTTP library huggingface_hub uses, as it exports it (httpx2 in 2.x)
+
+
+class HubAnswerError(ValueError):
+    """A Hub answer a pull refuses (malformed, hostile, larger than announced) or a download that stalled or
+    ran past its deadline. The message names the repo and what was wrong; nothing was installed."""
+
 
 #: transport errors of a connection that was open and then lost (rather than never made)
 _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)

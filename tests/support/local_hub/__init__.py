@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 
 from tests.support.local_hub.faults import (
+    Answer,
+    AnswerFault,
     CorruptBodyFault,
     CutBodyFault,
     DelayFault,
@@ -28,6 +30,8 @@ from tests.support.local_hub.server import HubRequestHandler, _Server
 from tests.support.local_hub.store import RepoStore
 
 __all__ = [
+    "Answer",
+    "AnswerFault",
     "CorruptBodyFault",
     "CutBodyFault",
     "DelayFault",

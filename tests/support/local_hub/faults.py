@@ -4,7 +4,8 @@ A fault matches requests by origin (``"api"`` or ``"storage"``), method and a re
 the path, and handles them instead of the Hub, for a number of ``times`` or until removed. The server
 asks its faults in order before routing each request (``LocalHub.faults``). A fault either answers
 itself (an HTTP error, a dropped connection) or lets the Hub answer through
-``handler.route_request()`` and interferes with that (a delay, a body cut short or corrupted).
+``handler.route_request()`` and interferes with that (a delay, a body cut short or corrupted, or with
+:class:`AnswerFault` anything at all: a lying header, status or JSON body, a body sent slowly or without end).
 Add new kinds by subclassing :class:`Fault` and overriding :meth:`Fault.respond`.
 """
 
@@ -15,7 +16,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -219,3 +220,101 @@ def _filter_body(handler: Any, transform: Callable[[bytes, int, int], bytes]) ->
         handler.route_request()
     finally:
         handler.wfile = real
+
+
+class Answer:
+    """One answer of the Hub, as :class:`AnswerFault` hands it to its ``edit``: change it in place.
+
+    ``headers`` is a list of ``(name, value)`` pairs, sent in that order (``Content-Length`` as it stands,
+    a lie included). ``body`` is bytes, or an iterable of byte chunks sent one at a time, each flushed
+    (a slow or an endless body); the connection is closed after an iterable body.
+    """
+
+    def __init__(self, method: str, path: str, status: int, reason: str, headers: list[tuple[str, str]], body: bytes):
+        self.method, self.path = method, path
+        self.status, self.reason, self.headers = status, reason, headers
+        self.body: Any = body
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+    def set_header(self, name: str, value: str | None) -> None:
+        """Replace (or with None remove) every ``name`` header; a new one goes last."""
+        kept = [(k, v) for k, v in self.headers if k.lower() != name.lower()]
+        self.headers = kept + ([(name, value)] if value is not None else [])
+
+
+class AnswerFault(Fault):
+    """Let the Hub answer, then send what ``edit(answer)`` makes of it: a Hub that lies in its headers, its
+    JSON, its sizes, or that sends its body slowly or without end. ``sent`` counts the body bytes sent."""
+
+    def __init__(self, edit: Callable[[Answer], None], **match: Any) -> None:
+        super().__init__(**match)
+        self.edit = edit
+        self.sent = 0
+
+    def respond(self, handler: Any) -> None:
+        from tests.support.local_hub.store import HubError
+
+        real, captured = handler.wfile, _Captured()
+        handler.wfile = captured
+        try:
+            try:
+                handler.route_request()
+            except HubError as error:
+                handler._answer_error(error)
+        finally:
+            handler.wfile = real
+        head, _, body = bytes(captured.data).partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        _, status, reason = (lines[0].split(" ", 2) + [""])[:3]
+        headers = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line]
+        answer = Answer(handler.command, handler.path, int(status), reason, headers, body)  # type: ignore[arg-type]
+        self.edit(answer)
+        handler._status = answer.status
+        out = [f"HTTP/1.1 {answer.status} {answer.reason}\r\n"] + [f"{k}: {v}\r\n" for k, v in answer.headers]
+        real.write(("".join(out) + "\r\n").encode("latin-1"))
+        chunks = [answer.body] if isinstance(answer.body, bytes) else answer.body
+        if not isinstance(answer.body, bytes):
+            handler.close_connection = True
+        try:
+            for chunk in chunks:
+                if handler.command == "HEAD":
+                    break
+                real.write(chunk)
+                real.flush()
+                with self._lock:
+                    self.sent += len(chunk)
+        except OSError:  # the client hung up
+            handler.close_connection = True
+
+
+class _Captured:
+    """Stands in for ``handler.wfile`` while the Hub answers: keeps everything written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def trickle(data: bytes, every: float, step: int = 1, stop: threading.Event | None = None) -> Iterator[bytes]:
+    """``data`` in pieces of ``step`` bytes, one every ``every`` seconds (until ``stop`` is set)."""
+    for at in range(0, len(data), step):
+        if stop is not None and stop.is_set():
+            return
+        yield data[at : at + step]
+        time.sleep(every)
+
+
+def endless(chunk: int = 1 << 16, limit: int = 256 << 20, stop: threading.Event | None = None) -> Iterator[bytes]:
+    """Zeros, ``chunk`` bytes at a time, up to ``limit`` bytes (a bound for the test, not for the client)."""
+    for _ in range(limit // chunk):
+        if stop is not None and stop.is_set():
+            return
+        yield bytes(chunk)

@@ -7,6 +7,9 @@ caller's error type with a message that says what was wrong and what was expecte
 
 - :mod:`.files`: regular files only (no FIFO, device or link out of their directory), bounded reads;
 - :mod:`.json_data`: JSON bounded in bytes, values, depth, string length and digits before parsing;
+- :mod:`.config_fields`: the ``pretrained_cfg`` fields a config may set (data only: nothing that chooses
+  what is loaded or run);
+- :mod:`.hub_config`: a Hub repo's ``config.json`` at the 40-hex commit it came from, parsed bounded;
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

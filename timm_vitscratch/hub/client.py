@@ -26,11 +26,12 @@ import timm
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.constants import DEFAULT_REVISION
 from huggingface_hub.errors import OfflineModeIsEnabled
-from timm.models import load_model_config_from_hf, split_model_name_tag
+from timm.models import split_model_name_tag
 from torch import nn
 
-from ..errors import ModelDirectoryError
+from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
+from ..gate.hub_config import read_hub_config
 from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
     CONFIG_NAME,
@@ -45,7 +46,13 @@ from ..model_dir import (
     write_config,
 )
 from ..models.build import build_on_meta
-from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+from ..models.variants import (
+    ARCHITECTURES,
+    check_config_file,
+    file_pretrained_cfg,
+    register_hub_weights,
+    unknown_model_message,
+)
 from ..models.vision_transformer import VisionTransformer
 from ..version import __version__
 from .cache import cache_dir_of, forget, remove_abandoned_downloads
@@ -345,16 +352,27 @@ def register_tag_from_hub(
 ) -> str:
     """Register ``"variant.tag"`` for the weights in ``repo_id``, pinned to the revision's commit.
 
-    Reads the repo's ``config.json`` with timm's ``load_model_config_from_hf`` and takes its pretrained
-    cfg (classes, input size, mean/std, license ...). Afterwards ``timm.create_model("variant.tag",
-    pretrained=True)`` loads these weights. Returns the registered ``hf_hub_id`` (``ORG/NAME@commit``).
+    Reads the repo's ``config.json`` at that commit through the gate (bounded JSON) and checks it as every
+    route does before anything is built or fetched: the architecture must be ``variant``, its model arguments
+    inside the allow-list, and its ``pretrained_cfg`` may set only data fields (classes, input size,
+    mean/std, labels, license ...): a field that would choose other weights (``hf_hub_filename``, ``file``,
+    ``url`` ...) is refused by name. Afterwards ``timm.create_model("variant.tag", pretrained=True)`` loads
+    the repo's ``model.safetensors`` at that commit. Returns the registered ``hf_hub_id``
+    (``ORG/NAME@commit``).
     """
     variant, _ = split_model_name_tag(model_tag)
-    commit = hub_api(token).model_info(repo_id, revision=revision).sha
-    pretrained_cfg, architecture, model_args = load_model_config_from_hf(f"{repo_id}@{commit}")
+    if variant not in ARCHITECTURES:
+        raise ValueError(f"{unknown_model_message(variant)} (in {model_tag!r})")
+    commit, config = read_hub_config(repo_id, revision, ModelDirectoryError, token=token)
+    label = f"{repo_id}@{commit}"
+    try:
+        architecture, _ = check_config_file(config, f"{label}: {CONFIG_NAME}")
+    except ModelArgsError as err:
+        raise ModelDirectoryError(str(err)) from None
     if architecture != variant:
-        raise ModelDirectoryError(f"{repo_id}@{commit} holds {architecture!r} weights, not {variant!r}")
+        raise ModelDirectoryError(f"{label} holds {architecture!r} weights, not {variant!r}")
     defaults = ARCHITECTURES[variant]
+    model_args = config.get("model_args") or {}
     differing = {k: v for k, v in model_args.items() if k in defaults and defaults[k] != v}
     if differing:
         warnings.warn(
@@ -362,8 +380,9 @@ def register_tag_from_hub(
             f"to timm.create_model({model_tag!r}, pretrained=True, ...)",
             stacklevel=2,
         )
-    skip = {"hf_hub_id", "source", "architecture", "tag", "file", "url", "state_dict"}
-    cfg = {k: v for k, v in pretrained_cfg.items() if k not in skip and k in PRETRAINED_CFG_FIELDS}
+    # as timm's loader reads the file: the top-level class count and label names win over the cfg's
+    cfg = {k: v for k, v in file_pretrained_cfg(config).items() if k not in ("architecture", "tag")}
+    cfg.update({k: config[k] for k in ("num_classes", "label_names", "label_descriptions") if k in config})
     hf_hub_id = f"{repo_id}@{commit}"
     register_hub_weights(model_tag, hf_hub_id, default=default, **cfg)
     return hf_hub_id

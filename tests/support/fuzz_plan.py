@@ -24,6 +24,8 @@ PLAN = {
     "train.py model_kwargs (convert)": 60,
     "safetensors dtypes and special floats (check, local-dir:, convert)": 60,
     "symlinks and special files in a model directory": 24,
+    # model-card fields (tests/trust/test_fuzz_model_card.py)
+    "model-card fields (check_model_directory + model_card)": 100,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

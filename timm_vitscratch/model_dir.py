@@ -28,13 +28,12 @@ from torch import nn
 
 from .errors import ModelArgsError, ModelDirectoryError, listed
 from .files import PathLike, atomic_write, sha256_file
-from .layouts.safetensors_file import safetensors_header
-from .models.build import build_on_meta
-from .models.model_args import check_label_names, check_saved_config
-from .models.variants import ARCHITECTURES
-from .private_api import save_config_for_hf
 from .gate.files import read_text, regular_file
 from .gate.json_data import read_json_object
+from .layouts.safetensors_file import safetensors_header
+from .models.build import build_on_meta
+from .models.variants import check_config_file
+from .private_api import save_config_for_hf
 from .tensor_writer import FLOAT_NAMES, TensorSpec, write_safetensors
 
 WEIGHTS_NAME = "model.safetensors"
@@ -185,43 +184,20 @@ def save_model_directory(
 
 
 def config_model_args(
-    config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]], label: str
+    config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]] | None, label: str
 ) -> tuple[str, dict[str, Any]]:
     """The architecture and ``create_model`` keyword arguments a model directory's config asks for.
 
-    The config is data: its ``model_args`` pass the allow-list and bounds of
-    :mod:`timm_vitscratch.models.model_args`, and with its top-level ``num_classes`` / ``label_names``
-    they must describe the weights' ``shapes`` (blocks, width, patch, classes ...) before anything is
-    built. Raises :class:`ModelDirectoryError` starting with ``label``.
+    The config is data, checked by :func:`timm_vitscratch.models.variants.check_config_file` before
+    anything is built: an architecture of ours, a ``pretrained_cfg`` that sets only data fields (nothing that
+    chooses what is loaded), ``model_args`` inside the allow-list and its bounds, and, with ``shapes`` (the
+    weights' names -> shapes), an architecture that fits the weights. Raises :class:`ModelDirectoryError`
+    starting with ``label``.
     """
-    architecture = config.get("architecture")
-    if not isinstance(architecture, str) or architecture not in ARCHITECTURES:
-        raise ModelDirectoryError(
-            f"{label}: {CONFIG_NAME} names architecture {architecture!r}, which timm_vitscratch does not "
-            f"register (it registers {', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
-            f"timm.create_model('hf-hub:...') / 'local-dir:...'."
-        )
-    pretrained_cfg = config.get("pretrained_cfg", {})
-    if not isinstance(pretrained_cfg, dict):
-        raise ModelDirectoryError(
-            f"{label}: {CONFIG_NAME} pretrained_cfg is a {type(pretrained_cfg).__name__}; expected an object"
-        )
-    cfg: dict[str, Any] = {
-        "num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
-        "input_size": pretrained_cfg.get("input_size"),
-        "label_names": config.get("label_names"),
-    }
     try:
-        kwargs = check_saved_config(
-            ARCHITECTURES[architecture], config.get("model_args") or {}, cfg, f"{label}: {CONFIG_NAME}", shapes
-        )
-        if pretrained_cfg.get("label_names") is not None:
-            check_label_names(
-                pretrained_cfg["label_names"], cfg["num_classes"], f"{label}: {CONFIG_NAME} pretrained_cfg"
-            )
+        architecture, kwargs = check_config_file(config, f"{label}: {CONFIG_NAME}", shapes)
     except ModelArgsError as err:
         raise ModelDirectoryError(str(err)) from None
-    kwargs.setdefault("num_classes", cfg["num_classes"])
     metadata = config.get(METADATA_KEY, {})
     if not isinstance(metadata, dict) or not isinstance(metadata.get("sha256", ""), str):
         raise ModelDirectoryError(

@@ -28,6 +28,8 @@ PLAN = {
     "NaFlex dicts (model forward)": 150,
     # a local Hub that lies in its answers to a pull (tests/hub/test_fuzz_hostile_hub.py)
     "pull from a hostile Hub (headers, sizes, commit ids, file lists, slow bodies)": 100,
+    # model-card fields (tests/trust/test_fuzz_model_card.py)
+    "model-card fields (check_model_directory + model_card)": 100,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

@@ -5,7 +5,8 @@ each on stdout with a line ``@@ {"outcome": "ok", ...}`` or ``@@ {"outcome": "er
 "ours": bool, "message": ..., "traceback": ...}``. A parser that crashes the interpreter or hangs
 takes only this process down; the test sees it die or go quiet and reports the input. Besides the
 loaders, ``limit_memory`` caps the process's address space (``RLIMIT_AS``) for the resource-bound tests,
-``allocate`` shows that the cap bites, and ``timm_local_dir`` runs timm's own loader on a model directory.
+``allocate`` shows that the cap bites, ``timm_local_dir`` runs timm's own loader on a model directory, and
+``model_card`` makes the card a push would upload.
 """
 
 import json
@@ -85,6 +86,16 @@ def timm_local_dir(path: Path, request: dict) -> dict:
     return {"outcome": "ok", "dtypes": dtypes}
 
 
+def make_model_card(path: Path, request: dict) -> dict:
+    """The model card push would generate for a model directory (checked first, as push checks it)."""
+    from timm_vitscratch.hub.model_card import model_card
+
+    config, model = check_model_directory(path, require_sha256=False)
+    card = model_card(config, model, "org/name")
+    card.encode("utf-8")  # what push uploads: a card that cannot be encoded would fail there
+    return {"outcome": "ok", "card": card}
+
+
 LOADERS = {
     "limit_memory": (limit_memory, ()),
     "allocate": (allocate, ()),
@@ -93,6 +104,7 @@ LOADERS = {
     "convert": (convert_file, ConversionError),
     "read_config": (read_model_config, ModelDirectoryError),
     "check_model_directory": (check_directory, ModelDirectoryError),
+    "model_card": (make_model_card, ModelDirectoryError),
 }
 
 

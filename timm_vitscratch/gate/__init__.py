@@ -11,6 +11,9 @@ caller's error type with a message that says what was wrong and what was expecte
   each image's valid patches and the position table's resample bound;
 - :mod:`.hub_answers`: the Hub's answers to a pull (commit id, file list, sizes, hashes, download headers),
   each of one exact form before a path or a size is taken from it;
+- :mod:`.config_fields`: the ``pretrained_cfg`` fields a config may set (data only: nothing that chooses
+  what is loaded or run);
+- :mod:`.hub_config`: a Hub repo's ``config.json`` at the 40-hex commit it came from, parsed bounded;
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

@@ -3,8 +3,8 @@
 Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_branch`` / ``create_commit`` /
 ``model_info``; for a pull, ``get_session`` / ``build_hf_headers`` / ``hf_raise_for_status`` for the revision
 lookup and the file list, whose answers pass the gate, and ``hf_hub_download`` one file at a time within the
-bounds of :mod:`.transfer`) and timm's hub helpers (``save_config_for_hf`` through :mod:`.model_dir`,
-``load_model_config_from_hf``, the model-card layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
+bounds of :mod:`.transfer`) and timm's hub helpers (``save_config_for_hf`` through :mod:`.model_dir`, the
+model-card layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
 ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client. Remote failures
 surface as ``huggingface_hub``'s own exceptions or its HTTP library's transport errors (told to people by
 :mod:`.failures`); a model directory that is not what it claims raises :class:`ModelDirectoryError`.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -26,7 +27,14 @@ from typing import IO, Any
 from urllib.parse import quote
 
 import timm
-from huggingface_hub import CommitOperationAdd, HfApi, get_session, hf_hub_download
+from huggingface_hub import (
+    CommitOperationAdd,
+    CommitOperationCopy,
+    CommitOperationDelete,
+    HfApi,
+    get_session,
+    hf_hub_download,
+)
 from huggingface_hub.constants import DEFAULT_REVISION
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -37,13 +45,14 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, httpx, validate_repo_id
-from timm.models import load_model_config_from_hf, split_model_name_tag
+from timm.models import split_model_name_tag
 from torch import nn
 
-from ..errors import ModelDirectoryError
+from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..gate.files import MAX_TEXT_BYTES
 from ..gate.hub_answers import MAX_ANSWER_BYTES, MAX_WEIGHTS_BYTES, HubFile, repo_files, revision_commit
+from ..gate.hub_config import read_hub_config
 from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
     CONFIG_NAME,
@@ -58,7 +67,13 @@ from ..model_dir import (
     write_config,
 )
 from ..models.build import build_on_meta
-from ..models.variants import ARCHITECTURES, PRETRAINED_CFG_FIELDS, register_hub_weights
+from ..models.variants import (
+    ARCHITECTURES,
+    check_config_file,
+    file_pretrained_cfg,
+    register_hub_weights,
+    unknown_model_message,
+)
 from ..models.vision_transformer import VisionTransformer
 from ..version import __version__
 from .cache import (
@@ -102,14 +117,19 @@ def push(
 
     The commit holds ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model card
     ``README.md``, and nothing else of the directory. Each of them must be a regular file in the directory:
-    a symlink, FIFO or device is refused by name before any request. A README in the directory is pushed as it
-    is; without one, a model card is generated, unless the repo already has a ``README.md`` at ``revision``,
-    which is kept (``replace_card=True`` replaces it with the generated card). ``revision`` is a branch,
-    created from ``main`` if missing; ``private`` applies when the repo is created. ``labels`` (a list, a file
-    with one name per line, or an image folder's class directories) become the pushed ``config.json``'s
-    ``label_names``, one per class; the source directory is left as it is. Weights holding NaN or Inf are
-    pushed with a warning, or refused with ``strict=True``. Returns ``huggingface_hub``'s ``CommitInfo``
-    (``.oid`` is the commit id).
+    a symlink, FIFO or device is refused by name before any request. Each is opened once (not following a
+    link) and copied into a private staging directory; the checks run on those copies, and those bytes are
+    what is uploaded, whatever happens to the directory meanwhile. After the commit, the Hub must report
+    the sha256 (or git blob id) of every file sent; if it reports other bytes, the commit is reverted by a
+    second one (restoring what the branch held, deleting what it did not) and the push fails.
+
+    A README in the directory is pushed as it is; without one, a model card is generated, unless the repo
+    already has a ``README.md`` at ``revision``, which is kept (``replace_card=True`` replaces it with the
+    generated card). ``revision`` is a branch, created from ``main`` if missing; ``private`` applies when
+    the repo is created. ``labels`` (a list, a file with one name per line, or an image folder's class
+    directories) become the pushed ``config.json``'s ``label_names``, one per class; the source directory is
+    left as it is. Weights holding NaN or Inf are pushed with a warning, or refused with ``strict=True``.
+    Returns ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
     """
     if revision is not None and _COMMIT_ID.match(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
@@ -119,58 +139,153 @@ def push(
         except ModelDirectoryError as err:
             raise ModelDirectoryError(f"--labels: {err}") from None
     with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
-        staging = Path(tmp)
-        config, model, weights, card = _stage(source, staging, labels, strict)
+        staging = Path(tmp)  # created 0700: the copies in it are this process's own
+        config, model, card = _stage(source, staging, labels, strict)
         api = hub_api(token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, DEFAULT_REVISION):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        if card is None and (replace_card or not _has_card(api, repo_id, revision)):
+        head = api.model_info(repo_id, revision=revision)  # what the branch holds before the push
+        parent = _commit_id(head.sha, repo_id, revision)
+        held = {f.rfilename for f in head.siblings or ()}
+        if card is None and (replace_card or README_NAME not in held):
             card = model_card(config, model, repo_id).encode("utf-8")
-        operations = [CommitOperationAdd(CONFIG_NAME, staging / CONFIG_NAME), CommitOperationAdd(WEIGHTS_NAME, weights)]
+        contents = {CONFIG_NAME: (staging / CONFIG_NAME).read_bytes()}
         if card is not None:
-            operations.append(CommitOperationAdd(README_NAME, card))
+            contents[README_NAME] = card
+        sent = {name: _digests(io.BytesIO(data)) for name, data in contents.items()}
+        with open(staging / WEIGHTS_NAME, "rb") as weights:
+            sent[WEIGHTS_NAME] = _digests(weights)
+        operations = [CommitOperationAdd(name, data) for name, data in contents.items()]
+        # the private copy, by path: huggingface_hub then shows its upload progress
+        operations.insert(1, CommitOperationAdd(WEIGHTS_NAME, staging / WEIGHTS_NAME))
         info = api.create_commit(
             repo_id,
             operations,
             revision=revision,
+            parent_commit=parent,
             commit_message=commit_message or f"Upload {config['architecture']} with timm_vitscratch",
         )
-    pushed = config[METADATA_KEY]["sha256"]
-    reported = _hub_weights_sha256(api, repo_id, info.oid)
-    if reported != pushed:
-        raise ModelDirectoryError(
-            f"{repo_id}@{info.oid}: the Hub reports {WEIGHTS_NAME} with sha256 {reported}, "
-            f"but the pushed file has {pushed}"
-        )
+    _verify_commit(api, repo_id, revision, _commit_id(info.oid, repo_id, revision), parent, held, sent)
     return info
 
 
-def _has_card(api: HfApi, repo_id: str, revision: str | None) -> bool:
-    """Whether the repo has a ``README.md`` at ``revision`` (``model_info``: ``file_exists`` sends no user-agent of ours)."""
-    return any(f.rfilename == README_NAME for f in api.model_info(repo_id, revision=revision).siblings or ())
+def _commit_id(value: Any, repo_id: str, revision: str | None) -> str:
+    """A commit id the Hub answered, when it is one (40 hex characters)."""
+    if not isinstance(value, str) or not _COMMIT_ID.match(value):
+        raise ModelDirectoryError(
+            f"{repo_id}@{revision or DEFAULT_REVISION}: the Hub answered the commit id {str(value)[:60]!r}; "
+            "expected 40 hex characters"
+        )
+    return value
+
+
+#: what the Hub reports of a file: its sha256 (an LFS file's ``lfs.sha256``) or its git blob id (the others)
+Digests = tuple[int, str, str]
+
+
+def _digests(handle: IO[bytes]) -> Digests:
+    """Size, sha256 and git blob id (sha1 of ``blob <size>\\0`` + bytes) of what ``handle`` reads, read once."""
+    sha256 = hashlib.sha256()
+    size = 0
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        sha256.update(chunk)
+        size += len(chunk)
+    handle.seek(0)
+    blob = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        blob.update(chunk)
+    return size, sha256.hexdigest(), blob.hexdigest()
+
+
+def _verify_commit(
+    api: HfApi, repo_id: str, revision: str | None, commit: str, parent: str, held: set[str], sent: dict[str, Digests]
+) -> None:
+    """Refuse a commit whose files, as the Hub reports them, are not the bytes sent: revert it first."""
+    wrong = _reported_mismatches(api, repo_id, commit, sent)
+    if not wrong:
+        return
+    branch = revision or DEFAULT_REVISION
+    what = f"{repo_id}@{commit}: the Hub reports {'; '.join(wrong)}"
+    try:
+        undone = _revert(api, repo_id, branch, commit, parent, held, sorted(sent))
+    except Exception as err:  # the push has failed already: say that undoing it failed too, and how
+        raise ModelDirectoryError(
+            f"{what}; reverting the commit failed too ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+            f": {branch} holds the commit, revert it by hand"
+        ) from None
+    raise ModelDirectoryError(f"{what}; the commit was reverted by {undone}, so {branch} holds what it held before")
+
+
+def _reported_mismatches(api: HfApi, repo_id: str, commit: str, sent: dict[str, Digests]) -> list[str]:
+    """Each file of ``sent`` that the Hub, at ``commit``, reports with other bytes (or not at all)."""
+    info = api.model_info(repo_id, revision=commit, files_metadata=True)
+    reported = {f.rfilename: f for f in info.siblings or ()}
+    wrong = []
+    for name, (size, sha256, blob) in sent.items():
+        entry = reported.get(name)
+        if entry is None:
+            wrong.append(f"no {name}, which the push sent")
+        elif entry.lfs is not None and (entry.lfs.sha256, entry.lfs.size) != (sha256, size):
+            wrong.append(f"{name} with sha256 {entry.lfs.sha256}, but the push sent {sha256}")
+        elif entry.lfs is None and entry.blob_id != blob:
+            wrong.append(f"{name} with git blob id {entry.blob_id}, but the push sent {blob}")
+    return wrong
+
+
+def _revert(api: HfApi, repo_id: str, branch: str, commit: str, parent: str, held: set[str], names: list[str]) -> str:
+    """Undo ``commit`` on ``branch`` with a new commit on top of it: each of ``names`` back as ``parent`` held
+    it (copied on the Hub from there), or deleted where ``parent`` did not hold it. Returns the new commit id."""
+    operations: list[CommitOperationCopy | CommitOperationDelete] = [
+        CommitOperationCopy(name, name, src_revision=parent) if name in held else CommitOperationDelete(name)
+        for name in names
+    ]
+    info = api.create_commit(
+        repo_id,
+        operations,
+        revision=branch,
+        parent_commit=commit,
+        commit_message=f"Revert {commit[:12]}: the Hub holds other bytes than timm_vitscratch pushed",
+    )
+    return info.oid
 
 
 def _stage(
     source: PathLike, staging: Path, labels: Sequence[str] | None, strict: bool = False
-) -> tuple[dict[str, Any], nn.Module, Path, bytes | None]:
-    """What to push: the config (written into ``staging``), the model on meta, the weights file (the
-    directory's, checked to be a regular file in it, or one in ``staging``) and the directory's README
-    (None: none there)."""
+) -> tuple[dict[str, Any], nn.Module, bytes | None]:
+    """Make the files to push in ``staging`` (``config.json``, ``model.safetensors``), checked there; returns
+    the config, the model on meta, and the directory's README (None: none there).
+
+    A directory's files are each opened once, not following links, refused unless regular, and copied into
+    ``staging`` through that descriptor; the model-directory check then runs on the copies, so what is
+    checked is what is uploaded.
+    """
     path = Path(source)
     if path.is_dir():
-        for name in REPO_FILES:  # by name, before anything is read
-            _refuse_unless_regular(path, name)
-        config, model = check_model_directory(path, require_sha256=False, strict=strict)
+        handles: dict[str, IO[bytes]] = {}
+        try:
+            for name in REPO_FILES:  # by name, before anything is read
+                if os.path.lexists(path / name):
+                    handles[name] = _open_regular(path, name)
+            card = handles[README_NAME].read(MAX_TEXT_BYTES + 1) if README_NAME in handles else None
+            for name in (CONFIG_NAME, WEIGHTS_NAME):
+                if name in handles:
+                    with open(staging / name, "xb") as copy:
+                        shutil.copyfileobj(handles[name], copy, 1 << 20)
+        finally:
+            for handle in handles.values():
+                handle.close()
+        if card is not None and len(card) > MAX_TEXT_BYTES:
+            raise ModelDirectoryError(f"{path}: {README_NAME} is larger than {MAX_TEXT_BYTES:,} bytes")
+        try:
+            config, model = check_model_directory(staging, require_sha256=False, label=str(path), strict=strict)
+        except ModelDirectoryError as err:  # name the user's directory, not the private copy
+            raise ModelDirectoryError(str(err).replace(str(staging), str(path))) from None
         if labels is not None:
             config = with_label_names(config, _checked_labels(labels, model, str(path)))
-        config.setdefault(METADATA_KEY, {}).setdefault("sha256", sha256_file(path / WEIGHTS_NAME))
+        config.setdefault(METADATA_KEY, {}).setdefault("sha256", sha256_file(staging / WEIGHTS_NAME))
         write_config(staging, config)
-        card = None
-        if os.path.lexists(path / README_NAME):
-            with _open_regular(path, README_NAME) as handle:
-                card = handle.read()
-        return config, model, path / WEIGHTS_NAME, card
+        return config, model, card
     name, tag = split_model_name_tag(str(source))
     if name not in ARCHITECTURES:
         raise ModelDirectoryError(
@@ -187,7 +302,7 @@ def _stage(
         label_names=names,
     )
     config, model = check_model_directory(staging, label=str(source))
-    return config, model, staging / WEIGHTS_NAME, None
+    return config, model, None
 
 
 _KINDS = (
@@ -238,13 +353,6 @@ def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> list
         return check_label_count(labels, model.num_classes)
     except ModelDirectoryError as err:
         raise ModelDirectoryError(f"{label}: --labels: {err}") from None
-
-
-def _hub_weights_sha256(api: HfApi, repo_id: str, commit: str) -> str | None:
-    """The sha256 the Hub records for the weights at ``commit`` (an LFS file's ``lfs.sha256``); None if not LFS."""
-    info = api.model_info(repo_id, revision=commit, files_metadata=True)
-    sibling = next((f for f in info.siblings or () if f.rfilename == WEIGHTS_NAME), None)
-    return sibling.lfs.sha256 if sibling is not None and sibling.lfs is not None else None
 
 
 # --- pull ------------------------------------------------------------------------------------------
@@ -456,16 +564,27 @@ def register_tag_from_hub(
 ) -> str:
     """Register ``"variant.tag"`` for the weights in ``repo_id``, pinned to the revision's commit.
 
-    Reads the repo's ``config.json`` with timm's ``load_model_config_from_hf`` and takes its pretrained
-    cfg (classes, input size, mean/std, license ...). Afterwards ``timm.create_model("variant.tag",
-    pretrained=True)`` loads these weights. Returns the registered ``hf_hub_id`` (``ORG/NAME@commit``).
+    Reads the repo's ``config.json`` at that commit through the gate (bounded JSON) and checks it as every
+    route does before anything is built or fetched: the architecture must be ``variant``, its model arguments
+    inside the allow-list, and its ``pretrained_cfg`` may set only data fields (classes, input size,
+    mean/std, labels, license ...): a field that would choose other weights (``hf_hub_filename``, ``file``,
+    ``url`` ...) is refused by name. Afterwards ``timm.create_model("variant.tag", pretrained=True)`` loads
+    the repo's ``model.safetensors`` at that commit. Returns the registered ``hf_hub_id``
+    (``ORG/NAME@commit``).
     """
     variant, _ = split_model_name_tag(model_tag)
-    commit = hub_api(token).model_info(repo_id, revision=revision).sha
-    pretrained_cfg, architecture, model_args = load_model_config_from_hf(f"{repo_id}@{commit}")
+    if variant not in ARCHITECTURES:
+        raise ValueError(f"{unknown_model_message(variant)} (in {model_tag!r})")
+    commit, config = read_hub_config(repo_id, revision, ModelDirectoryError, token=token)
+    label = f"{repo_id}@{commit}"
+    try:
+        architecture, _ = check_config_file(config, f"{label}: {CONFIG_NAME}")
+    except ModelArgsError as err:
+        raise ModelDirectoryError(str(err)) from None
     if architecture != variant:
-        raise ModelDirectoryError(f"{repo_id}@{commit} holds {architecture!r} weights, not {variant!r}")
+        raise ModelDirectoryError(f"{label} holds {architecture!r} weights, not {variant!r}")
     defaults = ARCHITECTURES[variant]
+    model_args = config.get("model_args") or {}
     differing = {k: v for k, v in model_args.items() if k in defaults and defaults[k] != v}
     if differing:
         warnings.warn(
@@ -473,8 +592,9 @@ def register_tag_from_hub(
             f"to timm.create_model({model_tag!r}, pretrained=True, ...)",
             stacklevel=2,
         )
-    skip = {"hf_hub_id", "source", "architecture", "tag", "file", "url", "state_dict"}
-    cfg = {k: v for k, v in pretrained_cfg.items() if k not in skip and k in PRETRAINED_CFG_FIELDS}
+    # as timm's loader reads the file: the top-level class count and label names win over the cfg's
+    cfg = {k: v for k, v in file_pretrained_cfg(config).items() if k not in ("architecture", "tag")}
+    cfg.update({k: config[k] for k in ("num_classes", "label_names", "label_descriptions") if k in config})
     hf_hub_id = f"{repo_id}@{commit}"
     register_hub_weights(model_tag, hf_hub_id, default=default, **cfg)
     return hf_hub_id

@@ -3,6 +3,11 @@
 A registered name (``scratch_vit_b16``), a pretrained tag (``scratch_vit_b16.tv_in1k``), a model
 directory, ``local-dir:DIR`` or ``hf-hub:ORG/NAME``: each becomes the name ``timm.create_model``
 takes for it, so timm's own loaders read the config (and, when asked, the weights).
+
+A directory's or repo's ``config.json`` is read and checked here first, before timm sees it: timm builds
+whatever architecture a config names, and only ours check their arguments, so a config naming timm's own
+``vit_tiny_patch16_224`` with 20,000 blocks would be built before anyone could refuse it. A Hub repo is
+pinned to the commit whose config was checked.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from pathlib import Path
 from timm.models import split_model_name_tag
 from torch import nn
 
-from ..models.variants import ARCHITECTURES, default_cfgs, unknown_model_message
+from ..errors import ModelArgsError, ModelDirectoryError
+from ..gate.hub_config import read_hub_config
+from ..gate.json_data import read_json_object
+from ..models.variants import ARCHITECTURES, check_config_file, default_cfgs, unknown_model_message
 from ..models.vision_transformer import VisionTransformer
 
 KINDS = (
@@ -23,11 +31,19 @@ PREFIXES = ("local-dir:", "hf-hub:")
 
 
 def timm_model_name(ref: str) -> str:
-    """``ref`` as ``timm.create_model`` names it; ValueError for a name or tag that is not registered."""
-    if ref.startswith(PREFIXES):
-        return ref
-    if Path(ref).is_dir():
-        return f"local-dir:{ref}"
+    """``ref`` as ``timm.create_model`` names it; ValueError for a name or tag that is not registered, and
+    :class:`ModelDirectoryError` for a directory's or repo's config that is not one of ours or not data
+    (checked here, before timm builds anything; a repo comes back pinned: ``hf-hub:ORG/NAME@commit``)."""
+    if ref.startswith("hf-hub:"):
+        repo_id, _, revision = ref[len("hf-hub:") :].partition("@")
+        commit, config = read_hub_config(repo_id, revision or None, ModelDirectoryError)
+        _check_config(config, f"{repo_id}@{commit}")
+        return f"hf-hub:{repo_id}@{commit}"
+    directory = ref[len("local-dir:") :] if ref.startswith("local-dir:") else ref
+    if ref.startswith("local-dir:") or Path(ref).is_dir():
+        config = read_json_object(Path(directory) / "config.json", ModelDirectoryError, inside=directory)
+        _check_config(config, directory)
+        return f"local-dir:{directory}"
     variant, tag = split_model_name_tag(ref)
     if variant not in ARCHITECTURES:
         raise ValueError(f"{unknown_model_message(variant)} (a model is {KINDS})")
@@ -38,6 +54,13 @@ def timm_model_name(ref: str) -> str:
             f"(vitscratch list --pretrained)"
         )
     return ref
+
+
+def _check_config(config: dict, label: str) -> None:
+    try:
+        check_config_file(config, f"{label}: config.json")
+    except ModelArgsError as err:
+        raise ModelDirectoryError(str(err)) from None
 
 
 def has_weights(ref: str) -> bool:

@@ -218,11 +218,16 @@ def source_of(model_tag: str) -> str:
     raise KeyError(f"{model_tag!r} is not a pretrained tag of the zoo")
 
 
-def top1(cfg: dict[str, Any]) -> float | None:
-    """The source's published ImageNet-1k top-1 recorded in a tag's notes, if any."""
-    for note in cfg.get("notes") or ():
-        if note.startswith("ImageNet-1k top-1 "):
-            return float(note.split()[2])
+def top1(cfg: Mapping[str, Any]) -> float | None:
+    """The source's published ImageNet-1k top-1 recorded in a tag's notes, if any (a config's notes are
+    anyone's text: a note that does not hold a number is not a top-1)."""
+    notes = cfg.get("notes") or ()
+    for note in [notes] if isinstance(notes, str) else notes if isinstance(notes, list | tuple) else ():
+        if isinstance(note, str) and note.startswith("ImageNet-1k top-1 "):
+            try:
+                return float(note.split()[2])
+            except (IndexError, ValueError):
+                return None
     return None
 
 

@@ -2,7 +2,7 @@
 
 It speaks the Hub's HTTP protocol for exactly the calls the real ``huggingface_hub`` client makes
 to push and pull a model (create repo, preupload, LFS batch + PUT upload, NDJSON commit, branches,
-model info, tree listing, ``/resolve`` with ``ETag`` / ``X-Repo-Commit`` / ``X-Linked-*`` headers and
+model info, tree listing, paths info, ``/resolve`` with ``ETag`` / ``X-Repo-Commit`` / ``X-Linked-*`` headers and
 a 302 to a storage origin) and stores repositories on disk. It listens on 127.0.0.1, on ports the
 OS picks. Clients reach it with ``HF_ENDPOINT`` and must set ``HF_HUB_DISABLE_XET=1`` (it has no
 Xet storage); :meth:`LocalHub.client_env` gives the whole environment.

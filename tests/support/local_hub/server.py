@@ -202,6 +202,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 return self._preupload, [repo_id, rest[1]]
             if method == "POST" and action == "commit" and len(rest) == 2:
                 return self._commit, [repo_id, rest[1]]
+            if method == "POST" and action == "paths-info" and len(rest) == 2:
+                return self._paths_info, [repo_id, rest[1]]
             if method == "POST" and action == "branch" and len(rest) == 2:
                 return self._create_branch, [repo_id, rest[1]]
             if action in ("xet-write-token", "xet-read-token"):
@@ -300,6 +302,13 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         commit = self.server.hub.store.resolve(repo_id, revision)
         recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
         self._send_json(200, tree_entries(commit, path, recursive))
+
+    def _paths_info(self, repo_id: str, revision: str, query: dict) -> None:
+        """The entries of the given paths at a revision (what ``CommitOperationCopy`` asks before a copy)."""
+        self._readable_repo(repo_id)
+        commit = self.server.hub.store.resolve(repo_id, revision)
+        paths = set(parse_qs(b"".join(self._body_chunks()).decode()).get("paths", []))
+        self._send_json(200, [e for e in tree_entries(commit, "", recursive=True) if e["path"] in paths])
 
     def _refs(self, repo_id: str, query: dict) -> None:
         record = self._readable_repo(repo_id)

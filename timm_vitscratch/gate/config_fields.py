@@ -1,0 +1,94 @@
+"""The ``pretrained_cfg`` fields a config file may set: preprocessing, labels, licence and provenance.
+
+timm reads a model directory's or a Hub repo's ``config.json`` and hands its ``pretrained_cfg`` to the
+model's entry function, which then loads weights as that cfg says. Some of timm's fields choose what is
+loaded or run: ``hf_hub_filename`` sends ``hf-hub:`` to another file of the repo, ``file``, ``url`` and
+``hf_hub_id`` send it elsewhere, ``custom_load`` to a model's own loader. A file written by someone else
+may set only the fields of :data:`DATA_FIELDS`; any other field is refused by name, before anything is
+built or fetched, on every route that reads a config (``vitscratch pull`` / ``push`` / ``summary`` /
+``attention``, timm's ``local-dir:`` and ``hf-hub:``, ``register_tag_from_hub``).
+
+A few data fields describe the model rather than the weights: ``first_conv`` and ``classifier`` may only
+name our models' stem and heads, and ``custom_load`` may only be false (what timm's own exports write). Text fields must be text (they reach the model
+card, escaped, see ``hub.model_card``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from .files import ErrorType
+
+#: fields a config file may set, by what they hold
+PREPROCESSING = (
+    "input_size",
+    "test_input_size",
+    "min_input_size",
+    "fixed_input_size",
+    "interpolation",
+    "crop_pct",
+    "test_crop_pct",
+    "crop_mode",
+    "mean",
+    "std",
+    "pool_size",
+    "test_pool_size",
+)
+LABELS = ("num_classes", "label_offset", "label_names", "label_descriptions")
+PROVENANCE = ("license", "description", "origin_url", "paper_name", "paper_ids", "notes", "tag", "architecture")
+MODEL = ("first_conv", "classifier", "custom_load")
+DATA_FIELDS = frozenset(PREPROCESSING + LABELS + PROVENANCE + MODEL)
+#: timm's fields that choose what is loaded or run: named in the refusal, so that it says why
+LOADING_FIELDS = frozenset(
+    ("url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source", "state_dict_key", "checkpoint_path")
+)
+#: what the model-describing fields may say of our models (timm's names of their stem and heads)
+FIRST_CONV = "patch_embed.proj"
+CLASSIFIERS = ("head", "head_dist")
+_TEXT = ("license", "description", "origin_url", "paper_name", "tag", "architecture", "interpolation", "crop_mode")
+_TEXTS = ("paper_ids", "notes")
+
+
+def check_pretrained_cfg(
+    cfg: Mapping[str, Any], where: str, error: ErrorType, set_by_timm: Collection[str] = ()
+) -> None:
+    """Refuse ``cfg`` (a config file's ``pretrained_cfg``) unless it sets only data fields, each of its kind.
+
+    ``set_by_timm``: fields timm itself fills in on the route (``source`` and ``hf_hub_id`` for ``hf-hub:``,
+    ``source`` and ``file`` for ``local-dir:``), overwriting what the file says; they are not the file's.
+    ``where`` starts the message (``DIR: config.json``).
+    """
+    for name, value in cfg.items():
+        if name in set_by_timm:
+            continue
+        loads = name in LOADING_FIELDS or (name == "custom_load" and value not in (False, None))
+        if loads or name not in DATA_FIELDS:
+            why = "chooses what is loaded or run" if loads else "is not a pretrained_cfg field a file may set"
+            raise error(
+                f"{where} pretrained_cfg: field {name!r} {why}; a config is data and may set only "
+                f"preprocessing, labels and licence ({', '.join(sorted(DATA_FIELDS))})"
+            )
+        expected = _expected(name, value)
+        if expected:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise error(f"{where} pretrained_cfg.{name} is {shown}; expected {expected}")
+
+
+def _expected(name: str, value: Any) -> str:
+    """What ``value`` of field ``name`` should have been, or '' when it is fine."""
+    if value is None:
+        return ""
+    if name in _TEXT and not isinstance(value, str):
+        return "a string"
+    if name in _TEXTS and not (
+        isinstance(value, str) or (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value))
+    ):
+        return "a string or a list of strings"
+    if name == "first_conv" and value != FIRST_CONV:
+        return f"{FIRST_CONV!r} (the stem of every timm_vitscratch model)"
+    if name == "classifier":
+        heads = [value] if isinstance(value, str) else value
+        if not isinstance(heads, list | tuple) or not heads or not all(h in CLASSIFIERS for h in heads):
+            return f"{CLASSIFIERS[0]!r} or {list(CLASSIFIERS)!r} (the heads of timm_vitscratch models)"
+    return ""

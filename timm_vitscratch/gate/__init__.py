@@ -7,6 +7,8 @@ caller's error type with a message that says what was wrong and what was expecte
 
 - :mod:`.files`: regular files only (no FIFO, device or link out of their directory), bounded reads;
 - :mod:`.json_data`: JSON bounded in bytes, values, depth, string length and digits before parsing;
+- :mod:`.images`: pictures (``vitscratch attention``): regular files in a few known formats, bounded in
+  pixels by their header before they are decoded;
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

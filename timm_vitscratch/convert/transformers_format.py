@@ -193,45 +193,42 @@ def check_fields_against_weights(
     model's config), before anything is built, including the reference model of ``--verify``: transformers
     builds what the config says and fills what the weights lack with random values."""
     prefix = model_prefix(keys)
-    said: list[tuple[str, Any, Any, str]] = []  # (field, config's value, the weights' value, what they have)
+    problems: list[str] = []
+
+    def compare(field: str, stated: Any, found: Any, what: str) -> None:
+        if stated is not None and stated != found:
+            problems.append(f"{field} {config.get(field, stated)}, but the weights have {what}")
+
     if "num_hidden_layers" in fields:
-        said.append(("num_hidden_layers", fields["num_hidden_layers"], layers, f"{layers} layers"))
+        compare("num_hidden_layers", fields["num_hidden_layers"], layers, f"{layers} layers")
     stem = _shape(checkpoint, keys, f"{prefix}embeddings.patch_embeddings.projection.weight")
     if stem is not None and len(stem) == 4:
         where = f"(patch embedding {stem})"
         patch = fields.get("patch_size")
-        said += [
-            ("hidden_size", fields.get("hidden_size"), stem[0], f"width {stem[0]} {where}"),
-            ("num_channels", fields.get("num_channels"), stem[1], f"{stem[1]} input channels {where}"),
-            ("patch_size", patch and to_2tuple(patch, "patch_size"), stem[2:], f"{stem[2]}x{stem[3]} patches {where}"),
-        ]
+        compare("hidden_size", fields.get("hidden_size"), stem[0], f"width {stem[0]} {where}")
+        compare("num_channels", fields.get("num_channels"), stem[1], f"{stem[1]} input channels {where}")
+        compare(
+            "patch_size", patch and to_2tuple(patch, "patch_size"), stem[2:], f"{stem[2]}x{stem[3]} patches {where}"
+        )
         heads = fields.get("num_attention_heads")
         if heads is not None and stem[0] % heads:
-            said.append(("num_attention_heads", heads, None, f"width {stem[0]}, which {heads} heads do not divide"))
+            compare("num_attention_heads", heads, None, f"width {stem[0]}, which {heads} heads do not divide")
     legacy = is_legacy(keys, prefix)
     layer = f"{prefix}encoder.layer.0." if legacy else f"{prefix}layers.0."
     fc1 = _shape(checkpoint, keys, layer + ("intermediate.dense.weight" if legacy else "mlp.fc1.weight"))
     if fc1:
-        said.append(("intermediate_size", fields.get("intermediate_size"), fc1[0], f"an MLP of width {fc1[0]}"))
+        compare("intermediate_size", fields.get("intermediate_size"), fc1[0], f"an MLP of width {fc1[0]}")
     head = _shape(checkpoint, keys, "cls_classifier.weight") or _shape(checkpoint, keys, "classifier.weight")
     if head:
         id2label = config.get("id2label")
         labels = fields.get("num_labels", len(id2label) if isinstance(id2label, dict) else None)
-        said.append(("num_labels / id2label", labels, head[0], f"a classifier of {head[0]} classes"))
+        compare("num_labels / id2label", labels, head[0], f"a classifier of {head[0]} classes")
     pooler = _shape(checkpoint, keys, f"{prefix}pooler.dense.weight")
     if pooler:
-        size = fields.get("pooler_output_size")
-        said.append(("pooler_output_size", size, pooler[0], f"a pooler of width {pooler[0]}"))
-    if (
-        config.get("qkv_bias") is False
-        and layer + ("attention.attention.query.bias" if legacy else "attention.q_proj.bias") in keys
-    ):
-        said.append(("qkv_bias", False, True, "query, key and value biases"))
-    problems = [
-        f"{field} {stated}, but the weights have {what}"
-        for field, stated, found, what in said
-        if stated is not None and stated != found
-    ]
+        compare("pooler_output_size", fields.get("pooler_output_size"), pooler[0], f"a pooler of width {pooler[0]}")
+    query_bias = layer + ("attention.attention.query.bias" if legacy else "attention.q_proj.bias")
+    if config.get("qkv_bias") is False and query_bias in keys:
+        compare("qkv_bias", False, True, "query, key and value biases")
     if problems:
         raise ConversionError(
             f"{WHERE} does not describe these weights: it says {'; '.join(problems)}; expected the config saved "

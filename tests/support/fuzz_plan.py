@@ -24,6 +24,12 @@ PLAN = {
     "train.py model_kwargs (convert)": 60,
     "safetensors dtypes and special floats (check, local-dir:, convert)": 60,
     "symlinks and special files in a model directory": 24,
+    # pictures for `vitscratch attention` (tests/inspect/test_fuzz_pictures.py)
+    "picture reader, png": 60,
+    "picture reader, jpeg": 40,
+    "picture reader, gif": 20,
+    # transformers config.json fields against the weights and the bounds (tests/convert/test_fuzz_transformers_config.py)
+    "transformers config.json fields (convert --verify)": 40,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

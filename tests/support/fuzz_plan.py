@@ -30,6 +30,12 @@ PLAN = {
     "pull from a hostile Hub (headers, sizes, commit ids, file lists, slow bodies)": 100,
     # model-card fields (tests/trust/test_fuzz_model_card.py)
     "model-card fields (check_model_directory + model_card)": 100,
+    # pictures for `vitscratch attention` (tests/inspect/test_fuzz_pictures.py)
+    "picture reader, png": 60,
+    "picture reader, jpeg": 40,
+    "picture reader, gif": 20,
+    # transformers config.json fields against the weights and the bounds (tests/convert/test_fuzz_transformers_config.py)
+    "transformers config.json fields (convert --verify)": 40,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

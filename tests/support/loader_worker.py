@@ -45,11 +45,26 @@ def convert_file(path: Path, request: dict) -> dict:
     """Convert end to end; a conversion that succeeds must have written a directory that checks out."""
     out = Path(request["out"])
     shutil.rmtree(out, ignore_errors=True)
-    result = convert(path, out)
+    result = convert(path, out, verify=bool(request.get("verify")))
     config, _ = check_model_directory(out, require_sha256=True)
     if config["vitscratch"]["sha256"] != sha256_file(out / "model.safetensors"):
         return {"outcome": "inconsistent", "message": "written sha256 does not match the file"}
     return {"outcome": "ok", "model": result.model_name}
+
+
+class PictureError(ValueError):
+    """The error the picture gate is given to raise here, told apart from any other ValueError."""
+
+
+def read_picture(path: Path, request: dict) -> dict:
+    """A picture through the gate (``max_pixels`` bound); what is decoded must be RGB and within the bound."""
+    from timm_vitscratch.gate.images import read_rgb_image
+
+    picture = read_rgb_image(path, PictureError, int(request["max_pixels"]))
+    width, height = picture.size
+    if picture.mode != "RGB" or width * height > int(request["max_pixels"]):
+        return {"outcome": "inconsistent", "message": f"decoded {picture.mode} {width}x{height}"}
+    return {"outcome": "ok", "size": [width, height]}
 
 
 def read_model_config(path: Path, request: dict) -> dict:
@@ -102,6 +117,7 @@ LOADERS = {
     "timm_local_dir": (timm_local_dir, (ModelArgsError, ConversionError, ModelDirectoryError)),
     "checkpoint": (load_checkpoint_file, ConversionError),
     "convert": (convert_file, ConversionError),
+    "picture": (read_picture, PictureError),
     "read_config": (read_model_config, ModelDirectoryError),
     "check_model_directory": (check_directory, ModelDirectoryError),
     "model_card": (make_model_card, ModelDirectoryError),

@@ -15,13 +15,15 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
-from ..errors import ConversionError, ModelArgsError, listed
+from ..errors import ConversionError, ModelArgsError, ModelDirectoryError, listed
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap, Rule, available
+from ..model_dir import config_model_args, model_config
 from ..models.architecture import Arch
 from ..models.build import build_on_meta
 from ..models.layers import to_2tuple
-from ..models.model_args import check_option
+from ..models.model_args import check_architecture, check_option
+from ..models.variants import ARCHITECTURES
 from ..tensor_writer import TensorSpec
 from .shape_inference import choose_variant, infer_arch, model_args, settle_heads
 from .source_format import SourceFormat
@@ -144,6 +146,17 @@ def checked_hints(hints: dict[str, Any]) -> dict[str, Any]:
 TAG_PROVENANCE = ("tag", "description", "origin_url", "paper_ids", "paper_name", "notes", "license")
 
 
+def check_readable(meta_model: nn.Module, targets: list[Target], labels: list[str] | None) -> None:
+    """The config.json and tensor shapes the plan would write pass the check a model directory gets when it
+    is read (:func:`timm_vitscratch.model_dir.config_model_args`): what convert writes, the package reads."""
+    config = model_config(meta_model, label_names=labels)
+    shapes = {t.spec.name: tuple(t.spec.shape) for t in targets}
+    try:
+        config_model_args(config, shapes, "the converted model")
+    except ModelDirectoryError as err:
+        raise ConversionError(f"{err}; nothing was written (such a model directory is refused when read)") from None
+
+
 def plan_conversion(
     checkpoint: Checkpoint,
     fmt: SourceFormat,
@@ -162,6 +175,15 @@ def plan_conversion(
         if side % arch.patch_size:
             raise ConversionError(f"img_size {target_size} is not a multiple of the patch size {arch.patch_size}")
     args = model_args(arch, name, target_size)
+    # what a model directory is checked against when read (patches per image, parameters, heads): the same
+    # function, before anything is built, so that convert never writes a directory the package then refuses
+    where = f"--img-size {target_size[0]}x{target_size[1]}" if img_size is not None else "the converted model"
+    try:
+        check_architecture({**ARCHITECTURES[name], **args}, where)
+    except ModelArgsError as err:
+        raise ConversionError(
+            f"{err}; nothing was written (a model directory past this bound is refused when read)"
+        ) from None
     # the variant's cfg is its default tag's: converted weights are not that tag, so none of its provenance
     # is kept; what the source itself records (a timm config.json's origin, license ...) comes back below
     overlay = {**dict.fromkeys(TAG_PROVENANCE), **fmt.preprocessing(checkpoint)}
@@ -201,6 +223,7 @@ def plan_conversion(
         raise ConversionError(
             f"missing keys for a {name} in {fmt.name} layout: {listed(sorted(set(missing)))}", checkpoint.path
         )
+    check_readable(meta_model, targets, labels)
     used = {s for t in targets for s in t.rule.sources} | ignored
     unexpected = sorted(keys - used)
     if unexpected:

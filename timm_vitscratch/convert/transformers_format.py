@@ -5,7 +5,6 @@ transformers itself, and the processor's preprocessing."""
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +15,28 @@ from safetensors.torch import save_file
 
 from ..errors import ConversionError, ModelArgsError
 from ..layouts.checkpoint import Checkpoint
-from ..layouts.transformers import TransformersLayout, model_prefix
-from ..models.model_args import check_option
+from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
+from ..models.layers import to_2tuple
+from ..models.model_args import MAX_EMBED_DIM, MAX_MLP_RATIO, check_option
 from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
 
 #: transformers' own ViTConfig default; a bare state dict without config.json was made with it
 TRANSFORMERS_NORM_EPS = 1e-12
+
+
+#: config.json fields -> the model option whose bounds each keeps (models/model_args.py: one source per bound)
+BOUNDED_FIELDS = {
+    "num_hidden_layers": "depth",
+    "hidden_size": "embed_dim",
+    "num_attention_heads": "num_heads",
+    "image_size": "img_size",
+    "patch_size": "patch_size",
+    "num_channels": "in_chans",
+    "layer_norm_eps": "norm_eps",
+    "pooler_output_size": "representation_size",
+    "num_labels": "num_classes",
+}
+WHERE = "config.json beside the weights"
 
 
 class TransformersFormat(TransformersLayout, SourceFormat):
@@ -35,20 +50,16 @@ class TransformersFormat(TransformersLayout, SourceFormat):
                 f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
                 checkpoint.path,
             )
-        # transformers' names for our options; each value is checked as a config's own option is
-        fields = (("layer_norm_eps", "norm_eps"), ("num_attention_heads", "num_heads"), ("image_size", "img_size"))
+        fields = checked_fields(config, checkpoint.path)
+        check_fields_against_weights(fields, config, checkpoint, keys, self.depth(keys))
+        # transformers' names for our options
         hints: dict[str, Any] = {"norm_eps": TRANSFORMERS_NORM_EPS}
-        try:
-            for field, option in fields:
-                if field in config:
-                    value = config[field]
-                    if option == "img_size" and type(value) is float and value.is_integer():
-                        value = int(value)  # transformers configs may store a whole number as float
-                    hints[option] = check_option(option, value, f"config.json beside the weights: {field}")
-        except ModelArgsError as err:
-            raise ConversionError(str(err).replace(f"{option} is", f"{field} is"), checkpoint.path) from None
-        if isinstance(hints.get("img_size"), int):
-            hints["img_size"] = (hints["img_size"], hints["img_size"])
+        for field, option in (("layer_norm_eps", "norm_eps"), ("num_attention_heads", "num_heads")):
+            if field in fields:
+                hints[option] = fields[field]
+        if "image_size" in fields:
+            size = fields["image_size"]
+            hints["img_size"] = (size, size) if isinstance(size, int) else size
         return hints
 
     def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
@@ -82,7 +93,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             cls = transformers.DeiTModel if arch.distilled else transformers.ViTModel
             output = "pooler" if arch.representation_size else ("tokens" if arch.distilled else "cls")
         with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
-            self._write_config(Path(tmp), checkpoint, arch, prefix)
+            config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
+            self._write_config(Path(tmp), arch, prefix, checked_fields(config, checkpoint.path))
             # the names as stored in the file: transformers applies its own renaming for the old ones
             save_file(
                 {k: v.contiguous() for k, v in checkpoint.state_dict().items()},
@@ -112,28 +124,121 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         return Reference(classifier_input(model, heads, forward), forward, description)
 
     @staticmethod
-    def _write_config(directory: Path, checkpoint: Checkpoint, arch: Any, prefix: str) -> None:
-        """The source's own config.json when it came with one, else one describing the shapes."""
+    def _write_config(directory: Path, arch: Any, prefix: str, stated: dict[str, Any]) -> None:
+        """A config.json made from the architecture read and checked here, never the source's own file: its
+        fields were checked against the weights (:func:`check_fields_against_weights`), and any other field it
+        holds (a ``quantization_config``, a ``dtype``...) would reach transformers' loader unchecked. The heads
+        and eps are the source's own where it ``stated`` them: ``--num-heads`` overrides ours, not the source's."""
         import transformers
 
-        if "model_type" in checkpoint.side_config:
-            (directory / "config.json").write_text(json.dumps(checkpoint.side_config))
-            return
         config_cls = transformers.DeiTConfig if arch.distilled or prefix == "deit." else transformers.ViTConfig
         # num_labels is taken through PreTrainedConfig's **kwargs, which its dataclass_transform hides from checkers
         config_cls(  # type: ignore[call-arg]
             hidden_size=arch.embed_dim,
             num_hidden_layers=arch.depth,
-            num_attention_heads=arch.num_heads,
+            num_attention_heads=stated.get("num_attention_heads", arch.num_heads),
             intermediate_size=arch.mlp_hidden,
-            image_size=arch.img_size[0],
+            image_size=arch.img_size[0] if arch.img_size[0] == arch.img_size[1] else list(arch.img_size),
             patch_size=arch.patch_size,
             num_channels=arch.in_chans,
             num_labels=max(arch.num_classes, 1),
-            layer_norm_eps=arch.norm_eps,
+            layer_norm_eps=stated.get("layer_norm_eps", arch.norm_eps),
             qkv_bias=True,
             pooler_output_size=arch.representation_size,
         ).save_pretrained(directory)
+
+
+def checked_fields(config: dict[str, Any], path: Any) -> dict[str, Any]:
+    """The architecture fields of a transformers config.json that are present, each inside the bounds our own
+    option has (:data:`BOUNDED_FIELDS`), checked before anything is built. Raises ConversionError."""
+    fields: dict[str, Any] = {}
+    for field, option in BOUNDED_FIELDS.items():
+        if field not in config:
+            continue
+        value = config[field]
+        if field == "image_size" and type(value) is float and value.is_integer():
+            value = int(value)  # transformers configs may store a whole number as float
+        try:
+            fields[field] = check_option(option, value, WHERE)
+        except ModelArgsError as err:
+            raise ConversionError(str(err).replace(f": {option} is", f": {field} is"), path) from None
+    if "intermediate_size" in config:  # the MLP width: embed_dim x mlp_ratio, inside both options' bounds
+        value, high = config["intermediate_size"], int(MAX_EMBED_DIM * MAX_MLP_RATIO)
+        if type(value) is not int or not 1 <= value <= high:
+            raise ConversionError(
+                f"{WHERE}: intermediate_size is {value!r}; expected an integer in [1, {high:,}] "
+                f"(embed_dim x mlp_ratio)",
+                path,
+            )
+        fields["intermediate_size"] = value
+    if "qkv_bias" in config and type(config["qkv_bias"]) is not bool:
+        raise ConversionError(f"{WHERE}: qkv_bias is {config['qkv_bias']!r}; expected true or false", path)
+    id2label = config.get("id2label")
+    if id2label is not None:
+        if not isinstance(id2label, dict):
+            raise ConversionError(
+                f"{WHERE}: id2label is a {type(id2label).__name__}; expected an object of class index -> label", path
+            )
+        try:
+            check_option("num_classes", len(id2label), f"{WHERE}: id2label")
+        except ModelArgsError as err:
+            raise ConversionError(f"{err} (the number of labels)", path) from None
+    return fields
+
+
+def check_fields_against_weights(
+    fields: dict[str, Any], config: dict[str, Any], checkpoint: Checkpoint, keys: set[str], layers: int
+) -> None:
+    """Refuse a config.json that describes other weights than those beside it (a missing block, another
+    model's config), before anything is built, including the reference model of ``--verify``: transformers
+    builds what the config says and fills what the weights lack with random values."""
+    prefix = model_prefix(keys)
+    problems: list[str] = []
+
+    def compare(field: str, stated: Any, found: Any, what: str) -> None:
+        if stated is not None and stated != found:
+            problems.append(f"{field} {config.get(field, stated)}, but the weights have {what}")
+
+    if "num_hidden_layers" in fields:
+        compare("num_hidden_layers", fields["num_hidden_layers"], layers, f"{layers} layers")
+    stem = _shape(checkpoint, keys, f"{prefix}embeddings.patch_embeddings.projection.weight")
+    if stem is not None and len(stem) == 4:
+        where = f"(patch embedding {stem})"
+        patch = fields.get("patch_size")
+        compare("hidden_size", fields.get("hidden_size"), stem[0], f"width {stem[0]} {where}")
+        compare("num_channels", fields.get("num_channels"), stem[1], f"{stem[1]} input channels {where}")
+        compare(
+            "patch_size", patch and to_2tuple(patch, "patch_size"), stem[2:], f"{stem[2]}x{stem[3]} patches {where}"
+        )
+        heads = fields.get("num_attention_heads")
+        if heads is not None and stem[0] % heads:
+            compare("num_attention_heads", heads, None, f"width {stem[0]}, which {heads} heads do not divide")
+    legacy = is_legacy(keys, prefix)
+    layer = f"{prefix}encoder.layer.0." if legacy else f"{prefix}layers.0."
+    fc1 = _shape(checkpoint, keys, layer + ("intermediate.dense.weight" if legacy else "mlp.fc1.weight"))
+    if fc1:
+        compare("intermediate_size", fields.get("intermediate_size"), fc1[0], f"an MLP of width {fc1[0]}")
+    head = _shape(checkpoint, keys, "cls_classifier.weight") or _shape(checkpoint, keys, "classifier.weight")
+    if head:
+        id2label = config.get("id2label")
+        labels = fields.get("num_labels", len(id2label) if isinstance(id2label, dict) else None)
+        compare("num_labels / id2label", labels, head[0], f"a classifier of {head[0]} classes")
+    pooler = _shape(checkpoint, keys, f"{prefix}pooler.dense.weight")
+    if pooler:
+        compare("pooler_output_size", fields.get("pooler_output_size"), pooler[0], f"a pooler of width {pooler[0]}")
+    query_bias = layer + ("attention.attention.query.bias" if legacy else "attention.q_proj.bias")
+    if config.get("qkv_bias") is False and query_bias in keys:
+        compare("qkv_bias", False, True, "query, key and value biases")
+    if problems:
+        raise ConversionError(
+            f"{WHERE} does not describe these weights: it says {'; '.join(problems)}; expected the config saved "
+            f"with them (tensors are missing, or the config is another model's); nothing was built",
+            checkpoint.path,
+        )
+
+
+def _shape(checkpoint: Checkpoint, keys: set[str], key: str) -> tuple[int, ...] | None:
+    return tuple(checkpoint.shape(key)) if key in keys else None
 
 
 @contextlib.contextmanager

@@ -14,6 +14,8 @@ caller's error type with a message that says what was wrong and what was expecte
 - :mod:`.config_fields`: the ``pretrained_cfg`` fields a config may set (data only: nothing that chooses
   what is loaded or run);
 - :mod:`.hub_config`: a Hub repo's ``config.json`` at the 40-hex commit it came from, parsed bounded;
+- :mod:`.images`: pictures (``vitscratch attention``): regular files in a few known formats, bounded in
+  pixels by their header before they are decoded;
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import timm
@@ -20,10 +21,14 @@ from torch import nn
 
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write
+from ..gate.images import read_rgb_image
 from ..models import Block, VisionTransformer
-from ..models.model_args import check_architecture, check_option
+from ..models.model_args import MAX_IMG_SIDE, check_architecture, check_option
 from ..models.variants import ARCHITECTURES
 from .model_ref import check_scratch_model, has_weights, timm_model_name
+
+if TYPE_CHECKING:  # Pillow is imported by the gate when a picture is read
+    import PIL.Image
 
 #: the most memory the attention maps of one picture may take (every block's, every head's)
 MAX_ATTENTION_BYTES = 1 << 30
@@ -140,22 +145,30 @@ def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[VisionTra
     return model.eval(), description
 
 
+#: the most pixels a picture given to ``attention`` may have: a model's input is at most MAX_IMG_SIDE on a side,
+#: so anything larger is only downscaled away (and a small file can declare far more: a decompression bomb)
+MAX_IMAGE_PIXELS = MAX_IMG_SIDE * MAX_IMG_SIDE
+_PIXEL_BOUND = f" ({MAX_IMG_SIDE}x{MAX_IMG_SIDE}: no model takes a larger input, so more is only downscaled away)"
+
+
+def read_picture(path: PathLike) -> PIL.Image.Image:
+    """The picture in ``path`` as RGB, through the gate: a regular file, header checked against
+    :data:`MAX_IMAGE_PIXELS` before anything is decoded. Raises ValueError saying what was wrong."""
+    return read_rgb_image(path, ValueError, MAX_IMAGE_PIXELS, _PIXEL_BOUND)
+
+
+def model_input(picture: PIL.Image.Image, model: VisionTransformer) -> torch.Tensor:
+    """``picture`` through the model's eval transform (timm's, at the model's size): (1, 3, H, W), normalised."""
+    config = resolve_data_config(args=dict(input_size=(3, *model.patch_embed.img_size)), model=model)
+    return create_transform(**config)(picture).unsqueeze(0)
+
+
 def load_image(path: PathLike, model: VisionTransformer) -> torch.Tensor:
-    """Read an image with Pillow and apply the model's eval transform (timm's, at the model's size).
+    """Read an image (:func:`read_picture`) and apply the model's eval transform (:func:`model_input`).
 
     Returns a (1, 3, H, W) normalised tensor. Raises ValueError when the file cannot be read as an image.
     """
-    from PIL import Image
-
-    try:
-        with Image.open(path) as image:
-            image = image.convert("RGB")
-    except (OSError, Image.DecompressionBombError) as err:
-        raise ValueError(
-            f"cannot read image {str(path)!r}: {err}; expected an image file Pillow can open (PNG, JPEG, ...)"
-        ) from None
-    config = resolve_data_config(args=dict(input_size=(3, *model.patch_embed.img_size)), model=model)
-    return create_transform(**config)(image).unsqueeze(0)
+    return model_input(read_picture(path), model)
 
 
 def _denormalise(image: torch.Tensor, model: nn.Module) -> np.ndarray:
@@ -214,8 +227,9 @@ def write_attention_png(
     img_size: int | None = None,
 ) -> AttentionMaps:
     """Load the model and image, compute the maps and write the picture to ``out`` atomically."""
+    picture = read_picture(image_path)  # first: a picture that is refused costs no model
     model, description = load_model(name_or_dir, img_size)
-    image = load_image(image_path, model)
+    image = model_input(picture, model)
     maps = attention_maps(model, image)
     height, width = model.patch_embed.img_size
     title = f"{description} · {Path(image_path).name} at {height}x{width}"

@@ -10,13 +10,14 @@ in the per-parameter training state) and are left out.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import timm
 import torch
 
-from ..models import VisionTransformer
+from ..models import Block, VisionTransformer
 from .model_ref import check_scratch_model
 
 BYTES_PER_PARAM = OrderedDict(fp32=4, fp16=2, bf16=2)
@@ -35,6 +36,11 @@ TRAINING_BYTES_PER_PARAM = OrderedDict(
 
 #: Measure the whole model directly when one training forward of the batch is at most this many MACs.
 DIRECT_MEASURE_MAX_MACS = 5e9
+#: the most activation bytes (by :func:`measuring_bytes_bound`) one measuring forward may hold; past it, small
+#: copies are measured and the bytes fitted over the patch count
+MEASURE_MAX_BYTES = 128 << 20
+#: the square patch grids the small copies are measured at (three fix the quadratic, the last checks it)
+FIT_GRIDS = (1, 2, 3, 4)
 
 
 def weight_bytes(param_count: int) -> dict[str, int]:
@@ -79,12 +85,14 @@ def measure_activation_bytes(model: VisionTransformer, batch: int, autocast: boo
     saved: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
+        # kept detached (the same storage): an output its own node saves, packed as itself, would hold its
+        # grad_fn, which holds it, a cycle through C++ that no garbage collection frees
         storage = tensor.untyped_storage()
         if storage._cdata in param_storages or storage._cdata in saved:
-            return tensor
+            return tensor.detach()
         derived_from_weights_only = tensor.grad_fn is not None and not _reaches(tensor.grad_fn, inputs, memo)
         saved[storage._cdata] = 0 if derived_from_weights_only else storage.nbytes()
-        return tensor
+        return tensor.detach()
 
     was_training = model.training
     model.train()
@@ -97,6 +105,9 @@ def measure_activation_bytes(model: VisionTransformer, batch: int, autocast: boo
         del output
     finally:
         model.train(was_training)
+        # the graph's saved tensors hold ``pack`` (and through it ``memo``), and ``memo`` holds graph nodes: the
+        # same kind of cycle, which would keep every measured model alive
+        memo.clear()
     return sum(saved.values())
 
 
@@ -104,9 +115,72 @@ def _scratch_model(model_name: str, **kwargs: Any) -> VisionTransformer:
     return check_scratch_model(timm.create_model(model_name, **kwargs), model_name)
 
 
-def _one_and_two_block_models(model_name: str, **kwargs: Any) -> Iterator[VisionTransformer]:
+def _one_and_two_block_models(model_name: str, init: bool = True, **kwargs: Any) -> Iterator[VisionTransformer]:
+    """Copies of the model with 1 and 2 blocks; ``init=False``: weights left uninitialised (what autograd saves
+    depends on shapes only), which skips timm's weight init, the slow part of building a copy."""
     for depth in (1, 2):
-        yield _scratch_model(model_name, **{**kwargs, "depth": depth})
+        if init:
+            yield _scratch_model(model_name, **{**kwargs, "depth": depth})
+        else:
+            with torch.device("meta"):
+                model = _scratch_model(model_name, **{**kwargs, "depth": depth})
+            yield model.to_empty(device="cpu")
+
+
+def measuring_bytes_bound(model: VisionTransformer, depth: int, batch: int) -> int:
+    """A generous upper estimate of the activation bytes one measuring forward of ``model`` (on ``meta``) cut to
+    ``depth`` blocks holds at ``batch``: several times what a block saves per token (norm inputs, q/k/v, MLP
+    input and hidden, in fp32 and bf16) and per attention entry (the eager path's scores and probabilities)."""
+    first = model.blocks[0]
+    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
+    embed = model.patch_embed
+    tokens = embed.num_patches + model.num_prefix_tokens
+    dim, hidden, heads = model.embed_dim, first.mlp.fc1.out_features, first.attn.num_heads
+    pixels = embed.in_chans * embed.img_size[0] * embed.img_size[1]
+    block = tokens * (48 * dim + 8 * hidden + 16 * heads) + 16 * heads * tokens * tokens
+    return batch * (8 * pixels + 16 * tokens * dim + depth * block)
+
+
+def _quadratic(points: list[tuple[int, int]]) -> Callable[[int], Fraction]:
+    """The quadratic through three ``(x, y)`` points (Lagrange form, exact)."""
+
+    def value(x: int) -> Fraction:
+        total = Fraction(0)
+        for i, (xi, yi) in enumerate(points):
+            term = Fraction(yi)
+            for j, (xj, _) in enumerate(points):
+                if j != i:
+                    term *= Fraction(x - xj, xi - xj)
+            total += term
+        return total
+
+    return value
+
+
+def _fitted_over_patches(
+    model_name: str, kwargs: dict[str, Any], reference: VisionTransformer, measured_batch: int
+) -> tuple[Callable[[int], Fraction], Callable[[int], Fraction]] | None:
+    """The bytes of the 1- and 2-block copies as functions of the patch count, measured at the small square grids
+    :data:`FIT_GRIDS` (None when the last grid does not lie on the quadratic through the others).
+
+    Every saved tensor is a fixed number of bytes per token, per pixel (the stem's input) or per attention entry
+    (the eager path's scores): a polynomial of degree two in the number of patches, fitted exactly here.
+    """
+    patch = reference.patch_embed.patch_size
+    points: list[tuple[int, int, int]] = []
+    for grid in FIT_GRIDS:
+        size = (grid * patch[0], grid * patch[1])
+        one, two = (
+            measure_activation_bytes(m, measured_batch)
+            for m in _one_and_two_block_models(model_name, init=False, **{**kwargs, "img_size": size})
+        )
+        points.append((grid * grid, one, two))
+    one_block = _quadratic([(x, one) for x, one, _ in points[:3]])
+    two_blocks = _quadratic([(x, two) for x, _, two in points[:3]])
+    x, one, two = points[-1]
+    if one_block(x) != one or two_blocks(x) != two:
+        return None
+    return one_block, two_blocks
 
 
 def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> dict[str, Any]:
@@ -118,6 +192,11 @@ def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> dic
     bigger buffer alive, so bytes per image are exactly constant only from batch 2 on). Every block
     saves the same tensors and every saved tensor has a batch axis, so
     activations = (one-block + (depth - 1) x (two-block - one-block)) x batch / measured batch.
+    Where even the 2-block copy would hold more than ``MEASURE_MAX_BYTES`` (by
+    :func:`measuring_bytes_bound`: a large image), the copies are measured at patch grids of 1x1 to 4x4 and
+    the bytes fitted exactly as a quadratic in the patch count: memory and time stay small whatever the size.
+
+    Returns ``{"bytes": int or None, "method": str}`` (None, and why, when the fit does not hold).
     """
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
@@ -126,21 +205,46 @@ def estimate_activation_bytes(model_name: str, batch: int, **kwargs: Any) -> dic
     with torch.device("meta"):
         reference = _scratch_model(model_name, **kwargs)
     depth = len(reference.blocks)
-    if forward_macs(reference)["total"] * batch <= DIRECT_MEASURE_MAX_MACS:
+    if (
+        forward_macs(reference)["total"] * batch <= DIRECT_MEASURE_MAX_MACS
+        and measuring_bytes_bound(reference, depth, batch) <= MEASURE_MAX_BYTES
+    ):
         model = _scratch_model(model_name, **kwargs)
         return dict(
             bytes=measure_activation_bytes(model, batch),
             method=(f"measured: one training forward of the whole model at batch {batch}"),
         )
     measured_batch = min(batch, 2)
-    one, two = (measure_activation_bytes(m, measured_batch) for m in _one_and_two_block_models(model_name, **kwargs))
+    if measuring_bytes_bound(reference, 2, measured_batch) <= MEASURE_MAX_BYTES:
+        one, two = (
+            measure_activation_bytes(m, measured_batch) for m in _one_and_two_block_models(model_name, **kwargs)
+        )
+        how = f"measured on real 1- and 2-block copies at batch {measured_batch}"
+    else:
+        grid = reference.patch_embed.grid_size
+        patches = grid[0] * grid[1]
+        fits = _fitted_over_patches(model_name, kwargs, reference, measured_batch)
+        if fits is None:
+            return dict(
+                bytes=None,
+                method=(
+                    f"not measured: a {grid[0]}x{grid[1]} patch grid is too large to measure in bounded memory, "
+                    f"and the bytes of smaller copies do not follow the patch count exactly (random token "
+                    f"dropping?), so they cannot be extrapolated"
+                ),
+            )
+        one, two = (round(fit(patches)) for fit in fits)
+        how = (
+            f"measured on real 1- and 2-block copies at batch {measured_batch} and patch grids 1x1 to "
+            f"{FIT_GRIDS[-1]}x{FIT_GRIDS[-1]} (the {grid[0]}x{grid[1]} grid is too large to measure in bounded "
+            f"memory), fitted exactly as a quadratic in the patch count, checked at the last grid"
+        )
     per_block = two - one
     total = (one + (depth - 1) * per_block) * batch // measured_batch
     return dict(
         bytes=total,
         method=(
-            f"measured on real 1- and 2-block copies at batch {measured_batch} "
-            f"(each block {per_block // measured_batch:,} bytes per image), extrapolated to {depth} blocks "
+            f"{how} (each block {per_block // measured_batch:,} bytes per image), extrapolated to {depth} blocks "
             f"and batch {batch}"
         ),
     )

@@ -165,12 +165,15 @@ def _memory(model_name: str, kwargs: dict[str, Any], true_count: int, batch: int
     )
     if activations:
         measured = estimate_activation_bytes(model_name, batch, **kwargs)
-        training["activations_bytes"] = measured["bytes"]
-        training["activations_method"] = measured["method"] + (
-            "; tensors autograd saves for backward under torch.autocast(bfloat16), "
-            "parameters and their half-precision copies excluded"
-        )
-        training["total_bytes"] = training["states_bytes"] + measured["bytes"]
+        if measured["bytes"] is None:  # could not be measured in bounded memory: said, not guessed
+            training["activations_method"] = measured["method"]
+        else:
+            training["activations_bytes"] = measured["bytes"]
+            training["activations_method"] = measured["method"] + (
+                "; tensors autograd saves for backward under torch.autocast(bfloat16), "
+                "parameters and their half-precision copies excluded"
+            )
+            training["total_bytes"] = training["states_bytes"] + measured["bytes"]
     return OrderedDict(
         weights_bytes=weight_bytes(true_count),
         inference_fp16_bytes=2 * true_count,

@@ -154,3 +154,17 @@ def test_each_format_read_reads(kind, tmp_path):
     Image.fromarray(pixels).save(path, format=kind)
     picture = read_picture(path)
     assert picture.mode == "RGB" and picture.size == (12, 9)
+
+
+def test_a_large_jpeg_photo_is_read_at_a_reduced_scale(tmp_path):
+    # a 24 Mpx photo is past a 16 Mpx bound, but JPEG decodes at 1/2 scale within it, without a full-size copy
+    path = tmp_path / "photo.jpg"
+    Image.new("RGB", (6000, 4000), (200, 120, 40)).save(path, quality=50)
+    picture = read_rgb_image(path, ValueError, 16_777_216)
+    assert picture.size == (3000, 2000) and picture.mode == "RGB"
+    assert picture.getpixel((1500, 1000)) == pytest.approx((200, 120, 40), abs=3)
+    # the same pixels as a PNG have no reduced decoding: refused from the header
+    png = tmp_path / "photo.png"
+    Image.new("RGB", (6000, 4000), 0).save(png)
+    with pytest.raises(ValueError, match="6000x4000 = 24,000,000 pixels; expected at most 16,777,216"):
+        read_rgb_image(png, ValueError, 16_777_216)

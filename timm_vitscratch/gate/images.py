@@ -1,5 +1,5 @@
 """Images from outside: a regular file in a known format whose header declares at most a bounded number of
-pixels, decoded only then.
+pixels, decoded only then (a large JPEG at the codec's reduced scale that fits).
 
 Pillow reads the size from the header when it opens a file and decodes nothing until asked, so a picture
 of 169 million pixels packed into 164 KB (a decompression bomb) is refused from its header, before a byte
@@ -59,7 +59,7 @@ def read_rgb_image(path: PathLike, error: ErrorType, max_pixels: int, bound: str
         except Exception as err:  # whatever a plugin raises on bytes it cannot parse
             raise unreadable(_reason(err)) from None
         with image:
-            width, height = image.size
+            width, height = _within(image, max_pixels)
             if width * height > max_pixels:
                 raise error(
                     f"{where}: it is {width}x{height} = {width * height:,} pixels; expected at most "
@@ -69,6 +69,19 @@ def read_rgb_image(path: PathLike, error: ErrorType, max_pixels: int, bound: str
                 return image.convert("RGB")  # decodes (the first frame of an animation)
             except Exception as err:  # truncated or damaged data, an unsupported mode
                 raise unreadable(_reason(err)) from None
+
+
+def _within(image: Image, max_pixels: int) -> tuple[int, int]:
+    """The size ``image`` decodes at: a JPEG past ``max_pixels`` is decoded at 1/2, 1/4 or 1/8 scale (the
+    codec's own reduced decoding, no full-size copy), the largest that fits, so a 48 Mpx photo reads."""
+    width, height = image.size
+    if image.format == "JPEG" and width * height > max_pixels:
+        for scale in (2, 4, 8):
+            size = (-(-width // scale), -(-height // scale))
+            if size[0] * size[1] <= max_pixels:
+                image.draft("RGB", size)
+                return image.size
+    return width, height
 
 
 def _reason(err: Exception) -> str:

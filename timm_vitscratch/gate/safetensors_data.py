@@ -30,13 +30,14 @@ MAX_HEADER_BYTES = 16 << 20
 #: the header's JSON: per tensor an object, its name, dtype, shape list (up to 8 sizes) and two offsets
 HEADER_LIMITS = JsonLimits(max_bytes=MAX_HEADER_BYTES, max_values=16 * MAX_TENSORS + 4096, max_depth=3)
 
-#: every dtype the safetensors format names, and its size in bytes (readers convert only SAFETENSORS_DTYPES)
+#: the safetensors format's dtypes of whole bytes, and their sizes (readers convert only SAFETENSORS_DTYPES)
 DTYPE_SIZES = {
     "BOOL": 1,
     "U8": 1,
     "I8": 1,
     "F8_E5M2": 1,
     "F8_E4M3": 1,
+    "F8_E8M0": 1,
     "I16": 2,
     "U16": 2,
     "F16": 2,
@@ -45,6 +46,7 @@ DTYPE_SIZES = {
     "U32": 4,
     "F32": 4,
     "F64": 8,
+    "C64": 8,
     "I64": 8,
     "U64": 8,
 }
@@ -68,14 +70,17 @@ def _parse_header(raw: bytes, data_size: int, path: PathLike, error: ErrorType) 
     invalid = _invalid(path, error)
     count = raw.count(b'"data_offsets"')  # at least one per tensor: an upper bound, before parsing
     if count > MAX_TENSORS:
-        check_count(count, f"{path}: its safetensors header", error)
+        raise error(
+            f"{path}: its safetensors header lists {count:,} tensors; at most {MAX_TENSORS:,} are read "
+            f"(a Vision Transformer has a few hundred)"
+        )
     header = parse_json(raw, "its header", invalid, HEADER_LIMITS, unique_keys=True)
     if not isinstance(header, dict):
         raise invalid(f"its header is a JSON {type(header).__name__}; expected an object of tensors")
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise invalid("its __metadata__ is not an object of strings")
-    check_count(len(header), f"{path}: its safetensors header", error)
+    check_count(len(header), str(path), error)
     entries = {}
     for name, info in header.items():
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):

@@ -2,8 +2,9 @@
 running anything from the file.
 
 First the opcodes are walked with ``pickletools.genops`` (pure Python, nothing built): at most
-:data:`MAX_PICKLE_OPS` of them, memo indices below that, and none of the opcodes a checkpoint never needs
-(sets, out-of-band buffers, old-style instances, the extension registry). Only then does an unpickler run,
+:data:`MAX_PICKLE_OPS` of them, memo indices below that, no global outside :data:`ALLOWED_GLOBALS`, and
+none of the opcodes a checkpoint never needs (sets, out-of-band buffers, old-style instances, the
+extension registry). Only then does an unpickler run,
 whose ``find_class`` knows a short allow-list, each entry building a small record instead of an object:
 a :class:`StorageRecord` per stored buffer (its key, dtype and element count) and a :class:`TensorRecord`
 per tensor (its storage, offset, sizes and strides). Anything else is refused by name.
@@ -62,6 +63,22 @@ STORAGE_DTYPES = {
     "BoolStorage": torch.bool,
 }
 _DTYPE_NAMES = {str(dtype).removeprefix("torch."): dtype for dtype in STORAGE_DTYPES.values()}
+#: the globals a checkpoint's pickle may name ("module name"), each building a record or a plain value
+ALLOWED_GLOBALS = {
+    "collections OrderedDict",
+    "torch._utils _rebuild_tensor_v2",
+    "torch._utils _rebuild_tensor_v3",
+    "torch._utils _rebuild_parameter",
+    "torch._utils _rebuild_parameter_with_state",
+    "torch._tensor _rebuild_from_type_v2",
+    "torch Tensor",
+    "torch.nn.parameter Parameter",
+    "argparse Namespace",
+    "_codecs encode",
+    "torch device",
+    *(f"torch {name}" for name in STORAGE_DTYPES),
+    *(f"torch {name}" for name in _DTYPE_NAMES),
+}
 
 
 class Refused(Exception):
@@ -131,6 +148,8 @@ def scan(data: bytes, budget: list[int], label: str) -> int:
                 raise Refused(
                     f"its {label} uses pickle memo slot {str(arg)[:20]}; expected one below {MAX_PICKLE_OPS:,}"
                 )
+            if opcode.name == "GLOBAL" and arg not in ALLOWED_GLOBALS:  # (STACK_GLOBAL: see find_class)
+                raise UnsafeGlobal(str(arg).replace(" ", ".", 1)[:200])
             if opcode.name == "STOP":
                 return (pos or 0) + 1
     except Refused:
@@ -176,7 +195,7 @@ class RecordUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = self.allowed.get((module, name))
         if found is None:
-            raise UnsafeGlobal(f"{module}.{name}")
+            raise UnsafeGlobal(f"{module}.{name}"[:200])
         return found
 
     def persistent_load(self, pid: Any) -> StorageRecord:

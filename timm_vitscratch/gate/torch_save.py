@@ -48,7 +48,7 @@ from .zip_archive import check_member, open_archive, read_member
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_VERSION = 1001
 #: bytes of the small pickles before the single-stream format's main one (its magic number, version, sys info)
-_SMALL_PICKLE_BYTES = 1 << 16
+_SMALL_PICKLE_BYTES = 1 << 20
 
 
 def refused_to_unpickle(path: PathLike, name: str) -> str:

@@ -141,6 +141,14 @@ def zip_with_pickle(tmp_path, pkl):
             b"\x80\x04\x8c\x08builtins\x8c\x04eval\x93X\x01\x00\x00\x001\x85R.",
             ("refused to unpickle", "builtins.eval", "weights_only=True"),
         ),
+        (  # a million empty dicts from a million bytes: refused by count before any is built
+            b"\x80\x02(" + b"}" * (torch_pickle.MAX_CONTAINER_OPS + 1) + b"l.",
+            (f"more than {torch_pickle.MAX_CONTAINER_OPS:,} dicts, lists and tuples",),
+        ),
+        (  # within every count, but far more pickle than its (zero) tensors explain
+            b"\x80\x02(" + b"N" * (torch_pickle.OPS_FLOOR + 1) + b"l.",
+            (f"{torch_pickle.OPS_FLOOR + 5:,} opcodes for 0 tensors",),
+        ),
         (b"\x80\x02]q\x00h\x00a.", ("holds itself",)),  # a list that holds itself
         (b"\x80\x02K\x01.", ("holds an int, not a state dict",)),
     ],
@@ -254,6 +262,12 @@ def test_json_of_many_strings_stops_counting_at_the_bound():
     limits = json_data.JsonLimits(max_values=1000)
     with pytest.raises(ValueError, match="more than 1,000 JSON strings"):
         json_data.parse_json(b"[" + b'"a",' * 5000 + b"1]", "x", ValueError, limits)
+
+
+def test_json_strings_are_scanned_in_linear_time():
+    # '"' then '\\"' over and over: a string scan that retried at every quote would take hours on 16 MiB
+    with pytest.raises(ValueError, match="holds a string of"):
+        json_data.parse_json(b'"' + b'\\"' * (4 << 20), "x", ValueError)
 
 
 def test_timm_reads_local_dir_and_hf_hub_configs_through_the_gate(tmp_path):

@@ -16,8 +16,9 @@ from typing import Any
 
 from .files import ErrorType, PathLike, read_bytes
 
-#: a JSON string, escapes included (an unterminated one does not match: json.loads then says where)
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+#: a JSON string, escapes included; an unterminated one runs to the end (json.loads then says where). Every
+#: match succeeds and never backtracks, so the scan is linear whatever the bytes (``"\"\"\"...`` included)
+_STRING = re.compile(rb'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)', re.S)
 _BRACKETS = re.compile(rb"[\[\]{}]")
 _DIGITS = re.compile(rb"[0-9]+")
 
@@ -60,7 +61,7 @@ def parse_json(
             raise error(
                 f"{label} holds more than {limits.max_values:,} JSON strings; at most that many values are read"
             )
-        longest = max(longest, match.end() - match.start() - 2)
+        longest = max(longest, match.end() - match.start() - 2)  # (one more for an unterminated one)
     if longest > limits.max_string:
         raise error(f"{label} holds a string of {longest:,} characters; at most {limits.max_string:,} are read")
     bare = _STRING.sub(b'""', data)  # commas, brackets and digits inside strings are not structure

@@ -30,6 +30,11 @@ import torch
 MAX_PICKLE_BYTES = 8 << 20
 #: opcodes in all (about 33 a tensor): each builds at most one small object
 MAX_PICKLE_OPS = 40 * 16_384
+#: ... of which build a container (a dict, list or tuple: about 6 a tensor)
+MAX_CONTAINER_OPS = 8 * 16_384
+#: once the tensors are counted: at most this many opcodes a tensor, beyond OPS_FLOOR (args, metrics ...)
+OPS_PER_TENSOR = 64
+OPS_FLOOR = 1 << 18
 #: nesting of containers in the unpickled checkpoint (an optimizer's state is 4 deep)
 MAX_NESTING = 32
 
@@ -48,6 +53,7 @@ _REFUSED_OPS = {
     "NEWOBJ_EX",
 }
 _MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+_CONTAINER_OPS = {"EMPTY_DICT", "DICT", "EMPTY_LIST", "LIST", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"}
 
 #: torch.save's storage classes, by name, and the dtype of their elements
 STORAGE_DTYPES = {
@@ -133,7 +139,8 @@ class Namespace:
 def scan(data: bytes, budget: list[int], label: str) -> int:
     """Walk one pickle's opcodes without building anything; returns where its STOP ends.
 
-    ``budget`` is ``[opcodes left]``, shared by the pickles of one file. Raises :class:`Refused`.
+    ``budget`` is ``[opcodes left, container opcodes left]``, shared by the pickles of one file. Raises
+    :class:`Refused`.
     """
     try:
         for opcode, arg, pos in pickletools.genops(io.BytesIO(data)):
@@ -142,6 +149,13 @@ def scan(data: bytes, budget: list[int], label: str) -> int:
                 raise Refused(
                     f"its {label} has more than {MAX_PICKLE_OPS:,} pickle opcodes; at most that many are read"
                 )
+            if opcode.name in _CONTAINER_OPS:
+                budget[1] -= 1
+                if budget[1] < 0:
+                    raise Refused(
+                        f"its {label} builds more than {MAX_CONTAINER_OPS:,} dicts, lists and tuples; at most that "
+                        f"many are read (a checkpoint builds about 6 a tensor)"
+                    )
             if opcode.name in _REFUSED_OPS:
                 raise Refused(f"its {label} uses the pickle opcode {opcode.name}, which no checkpoint needs")
             if opcode.name in _MEMO_OPS and not (isinstance(arg, int) and 0 <= arg < MAX_PICKLE_OPS):
@@ -271,39 +285,68 @@ def unpickle(data: bytes, budget: list[int], label: str, legacy: bool = False) -
         ) from None
 
 
+def new_budget() -> list[int]:
+    """What the pickles of one file may use in all (see :func:`scan`)."""
+    return [MAX_PICKLE_OPS, MAX_CONTAINER_OPS]
+
+
+def check_ops_per_tensor(budget: list[int], tensors: int) -> None:
+    """The opcodes used are what ``tensors`` tensors need (:data:`OPS_PER_TENSOR` each, beyond :data:`OPS_FLOOR`):
+    ``torch.load`` reads the pickle again, in Python, so it runs only on as much pickle as the tensors explain."""
+    used = MAX_PICKLE_OPS - budget[0]
+    if used > OPS_FLOOR + OPS_PER_TENSOR * tensors:
+        raise Refused(
+            f"its pickle has {used:,} opcodes for {tensors:,} tensors; at most {OPS_PER_TENSOR} a tensor beyond "
+            f"{OPS_FLOOR:,} are read (a checkpoint's pickle has about 33 a tensor)"
+        )
+
+
+_CONTAINERS = (dict, list, tuple, Namespace, argparse.Namespace)
+
+
+def _children(node: Any) -> Iterator[tuple[Any, Any]]:
+    if isinstance(node, dict):
+        return iter(node.items())
+    if isinstance(node, (list, tuple)):
+        return enumerate(node)
+    state = getattr(node, "state", None) if isinstance(node, Namespace) else vars(node)
+    return iter(state.items()) if isinstance(state, dict) else iter(())
+
+
 def walk(obj: Any, tensor_type: type | tuple[type, ...], budget: int) -> Iterator[tuple[str, Any]]:
     """``(name, tensor)`` for every tensor reached in ``obj``, by every path (a tensor named twice counts twice),
     in a fixed order (containers' own); the name joins the keys on the way with ``/``.
 
     Raises :class:`Refused` past :data:`MAX_NESTING` levels, when a container holds itself, or past
-    ``budget`` visits (a container shared many times would make its tensors many).
+    ``budget`` visits (a container shared many times would make its tensors many). Only tensors and
+    containers are kept on the way: a list of a million numbers costs no more than the list.
     """
-    stack: list[tuple[Any, str, tuple[int, ...]]] = [(obj, "", ())]
+    if isinstance(obj, tensor_type):
+        yield "", obj
+        return
+    if not isinstance(obj, _CONTAINERS):
+        return
+    # each entry: a container's name, the ids of the containers down to it, and its children still to visit
+    stack: list[tuple[str, tuple[int, ...], Iterator[tuple[Any, Any]]]] = [("", (id(obj),), _children(obj))]
     while stack:
-        node, name, above = stack.pop()
-        budget -= 1
-        if budget < 0:
-            raise Refused("its pickle reaches the same containers over and over; expected each once")
-        if isinstance(node, tensor_type):
-            yield name, node
-            continue
-        children: list[tuple[Any, Any]]
-        if isinstance(node, dict):
-            children = list(node.items())
-        elif isinstance(node, (list, tuple)):
-            children = list(enumerate(node))
-        elif isinstance(node, (Namespace, argparse.Namespace)):
-            state = node.state if isinstance(node, Namespace) else vars(node)
-            children = list(state.items()) if isinstance(state, dict) else []
+        name, above, children = stack[-1]
+        for key, child in children:
+            budget -= 1
+            if budget < 0:
+                raise Refused("its pickle reaches the same containers over and over; expected each once")
+            if isinstance(child, tensor_type):
+                yield (f"{name}/{_key(key)}" if name else _key(key)), child
+                break
+            if isinstance(child, _CONTAINERS):
+                inner = f"{name}/{_key(key)}" if name else _key(key)
+                if id(child) in above:
+                    raise Refused(f"its pickle has a container that holds itself (at {inner!r})")
+                if len(above) >= MAX_NESTING:
+                    raise Refused(f"its pickle nests containers deeper than {MAX_NESTING} levels")
+                stack.append((inner, above + (id(child),), _children(child)))
+                break
         else:
-            continue
-        if id(node) in above:
-            raise Refused(f"its pickle has a container that holds itself (at {name or 'the top'!r})")
-        if len(above) >= MAX_NESTING:
-            raise Refused(f"its pickle nests containers deeper than {MAX_NESTING} levels")
-        inside = above + (id(node),)
-        for key, child in reversed(children):
-            stack.append((child, f"{name}/{_key(key)}" if name else _key(key), inside))
+            stack.pop()
 
 
 def _key(key: Any) -> str:

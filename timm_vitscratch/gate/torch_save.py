@@ -39,6 +39,8 @@ from .torch_pickle import (
     StorageRecord,
     TensorRecord,
     UnsafeGlobal,
+    check_ops_per_tensor,
+    new_budget,
     unpickle,
     walk,
 )
@@ -66,13 +68,14 @@ def load_torch_file(path: PathLike, error: ErrorType, zip_format: bool) -> Any:
     containers and plain values. Any refusal is ``error("<path>: ...")``.
     """
     with open_checkpoint_file(path, error) as handle:
-        budget = [MAX_PICKLE_OPS]
+        budget = new_budget()
         try:
             if zip_format:
                 tree, stored = _zip_records(handle, path, budget, error)
             else:
                 tree, stored = _legacy_records(handle, path, budget, error)
             records = list(walk(tree, TensorRecord, MAX_PICKLE_OPS))
+            check_ops_per_tensor(budget, len(records))
         except UnsafeGlobal as err:
             raise error(refused_to_unpickle(path, err.name)) from None
         except Refused as err:

@@ -114,8 +114,11 @@ def read_member(archive: zipfile.ZipFile, name: str, limit: int, path: PathLike,
     if info.file_size > limit:
         raise error(f"{path}: member {name!r} is {info.file_size:,} bytes; at most {limit:,} are read")
     check_member(info, archive_size(archive), path, error)
-    with archive.open(info) as handle:
-        data = handle.read(limit + 1)
+    try:
+        with archive.open(info) as handle:
+            data = handle.read(limit + 1)
+    except Exception as err:  # BadZipFile, zlib.error, EOFError ... on damage
+        raise error(f"{path}: member {name!r} cannot be read (damaged?): {type(err).__name__}: {err}") from None
     if len(data) > limit:
         raise error(f"{path}: member {name!r} holds more than {limit:,} bytes; at most that many are read")
     return data

@@ -287,7 +287,7 @@ class NonFiniteWeightsWarning(UserWarning):
 
 def _check_finite(weights: Path, label: str, strict: bool) -> None:
     """Warn (or, ``strict``, refuse) when any tensor holds NaN or Inf; read one tensor at a time."""
-    with SafetensorsData(weights, lambda problem: ModelDirectoryError(f"{label}: {problem}")) as data:
+    with SafetensorsData(weights, _weights_error(weights, label)) as data:
         bad = []
         for key in data.entries:
             if not _all_finite(data.tensor(key)):
@@ -323,6 +323,11 @@ def _meta_model(architecture: str, kwargs: dict[str, Any], label: str) -> nn.Mod
 #: the dtypes a model directory's weights may have (the model's dtype, or a cast timm's load does)
 
 
+def _weights_error(weights: Path, label: str) -> Callable[[str], ModelDirectoryError]:
+    """The gate's refusals of the weights, as ``<label>: model.safetensors: <problem>``."""
+    return lambda problem: ModelDirectoryError(f"{label}: {WEIGHTS_NAME}: {problem.removeprefix(f'{weights}: ')}")
+
+
 def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """Names, shapes and dtypes from the safetensors header (bounded and checked by the gate; no tensor is read)."""
     with open(weights, "rb") as handle:
@@ -333,12 +338,8 @@ def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...]
             f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
             f"`vitscratch convert {weights} OUT_DIR`"
         )
-    found = {
-        name: (entry.shape, entry.dtype)
-        for name, entry in safetensors_entries(
-            weights, lambda problem: ModelDirectoryError(f"{label}: {problem}")
-        ).items()
-    }
+    entries = safetensors_entries(weights, _weights_error(weights, label))
+    found = {name: (entry.shape, entry.dtype) for name, entry in entries.items()}
     odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_NAMES]
     if odd:
         raise ModelDirectoryError(

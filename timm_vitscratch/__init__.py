@@ -3,6 +3,7 @@
 Importing the package registers every ``scratch_*`` model with timm's registry.
 """
 
+from .gate.json_data import route_timm_configs
 from .models import (
     ARCHITECTURES,
     Attention,
@@ -14,6 +15,8 @@ from .models import (
     checkpoint_filter_fn,
 )
 from .version import __version__
+
+route_timm_configs()  # timm's local-dir: / hf-hub: config.json reads go through the gate too
 
 __all__ = [
     "ARCHITECTURES",

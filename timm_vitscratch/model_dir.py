@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from timm.utils import unwrap_model
 from torch import nn
 
@@ -30,7 +29,8 @@ from .errors import ModelArgsError, ModelDirectoryError, listed
 from .files import PathLike, atomic_write, sha256_file
 from .gate.files import read_text, regular_file
 from .gate.json_data import read_json_object
-from .layouts.safetensors_file import safetensors_header
+from .gate.safetensors_data import SafetensorsData, safetensors_entries
+from .layouts.page_release import release_mapped_range
 from .models.build import build_on_meta
 from .models.variants import check_config_file
 from .private_api import save_config_for_hf
@@ -67,7 +67,7 @@ def model_config(
     os.close(fd)
     try:
         save_config_for_hf(model, tmp, model_config=extra or None)
-        config = json.loads(Path(tmp).read_text())
+        config = read_json_object(tmp, ModelDirectoryError)  # what timm wrote, read back through the gate
     finally:
         os.unlink(tmp)
     if config.get("model_args", {}).get("num_classes") == config["num_classes"]:
@@ -217,8 +217,8 @@ def check_model_directory(
     symlink out of the directory), an architecture the plugin does not register, options outside the
     allow-list, tensors that do not fit the architecture or are not floating point, or a sha256 that does
     not match. Weights holding NaN or Inf are reported with a :class:`NonFiniteWeightsWarning`, or
-    refused with ``strict=True``. Only the safetensors header is parsed (by the safetensors library,
-    which bounds it) before the architecture is checked; nothing in either file is executed.
+    refused with ``strict=True``. Only the safetensors header is parsed (by the gate, which bounds its bytes
+    and tensor count first) before the architecture is checked; nothing in either file is executed.
     """
     directory = Path(directory)
     label = label or str(directory)
@@ -263,8 +263,13 @@ class NonFiniteWeightsWarning(UserWarning):
 
 def _check_finite(weights: Path, label: str, strict: bool) -> None:
     """Warn (or, ``strict``, refuse) when any tensor holds NaN or Inf; read one tensor at a time."""
-    with safe_open(str(weights), framework="pt") as handle:
-        bad = [key for key in handle.keys() if not _all_finite(handle.get_tensor(key))]
+    with SafetensorsData(weights, _weights_error(weights, label)) as data:
+        bad = []
+        for key in data.entries:
+            if not _all_finite(data.tensor(key)):
+                bad.append(key)
+            if data.map is not None:  # its pages are read once: give them back
+                release_mapped_range(data.map, *data.span(key))
     if not bad:
         return
     message = f"{label}: {WEIGHTS_NAME} holds NaN or Inf in {len(bad)} tensor(s) ({listed(bad, 3, quote=False)}); such a model computes NaN"
@@ -294,8 +299,13 @@ def _meta_model(architecture: str, kwargs: dict[str, Any], label: str) -> nn.Mod
 #: the dtypes a model directory's weights may have (the model's dtype, or a cast timm's load does)
 
 
+def _weights_error(weights: Path, label: str) -> Callable[[str], ModelDirectoryError]:
+    """The gate's refusals of the weights, as ``<label>: model.safetensors: <problem>``."""
+    return lambda problem: ModelDirectoryError(f"{label}: {WEIGHTS_NAME}: {problem.removeprefix(f'{weights}: ')}")
+
+
 def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Names, shapes and dtypes from the safetensors header (validated by the library; no tensor is read)."""
+    """Names, shapes and dtypes from the safetensors header (bounded and checked by the gate; no tensor is read)."""
     with open(weights, "rb") as handle:
         head = handle.read(9)
     # safetensors starts with its header's length, then "{"; torch.save writes a zip or a pickle
@@ -304,10 +314,8 @@ def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...]
             f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
             f"`vitscratch convert {weights} OUT_DIR`"
         )
-    try:
-        found = safetensors_header(weights)
-    except ValueError as err:
-        raise ModelDirectoryError(f"{label}: {WEIGHTS_NAME} is not a readable safetensors file: {err}") from None
+    entries = safetensors_entries(weights, _weights_error(weights, label))
+    found = {name: (entry.shape, entry.dtype) for name, entry in entries.items()}
     odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_NAMES]
     if odd:
         raise ModelDirectoryError(

@@ -14,6 +14,9 @@ hold that line, and checks each name below, so that a change in timm fails there
   ``set_input_size`` record reconstruction arguments (``model._model_args``, ``model._traits``), which the
   public ``get_model_args``, ``get_model_input_config`` and ``save_for_hf`` read back. timm exports the
   readers only; a model that records what a pretrained tag or a resize changed needs the writers.
+- ``timm.models._hub.load_cfg_from_json``: how timm reads the ``config.json`` of a ``local-dir:`` or
+  ``hf-hub:`` model (the whole file, then ``json.loads``, with no bound) before any code of ours runs. No
+  public hook reaches that read, so :func:`read_timm_configs_with` points it at the gate's bounded reader.
 
 Outside the package, ``setup.py`` overrides setuptools' ``editable_wheel._select_strategy`` to put the
 start-up ``.pth`` into editable wheels (no public hook adds a file there); it runs at build time, before
@@ -22,7 +25,10 @@ this package exists, and raises by name when setuptools stops calling it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import timm.models._hub
 
 # timm 1.0.9 and newer have these two
 from timm.models._hub import generate_readme, save_config_for_hf
@@ -33,7 +39,13 @@ try:  # newer timm only: without it, timm keeps no record of constructor args to
 except ImportError:  # pragma: no cover - exercised with old timm only
     update_model_args = update_model_input_size = None  # type: ignore[assignment]
 
-__all__ = ["generate_readme", "record_input_size", "record_model_args", "save_config_for_hf"]
+__all__ = [
+    "generate_readme",
+    "read_timm_configs_with",
+    "record_input_size",
+    "record_model_args",
+    "save_config_for_hf",
+]
 
 
 def record_model_args(model: nn.Module, **model_args: Any) -> None:
@@ -46,3 +58,11 @@ def record_input_size(model: nn.Module, img_size: Any, **model_args: Any) -> Non
     """Record a resize the way timm's own ``set_input_size`` does (read by ``get_model_input_config``)."""
     if update_model_input_size is not None:
         update_model_input_size(model, img_size, **model_args)
+
+
+def read_timm_configs_with(reader: Callable[[Any], dict[str, Any]]) -> None:
+    """Make timm read every ``local-dir:`` / ``hf-hub:`` ``config.json`` with ``reader(path)`` (it raises on a
+    file it refuses) instead of its own unbounded ``json.loads`` of the whole file."""
+    if not callable(getattr(timm.models._hub, "load_cfg_from_json", None)):
+        raise RuntimeError("timm.models._hub.load_cfg_from_json is gone: timm reads configs another way now")
+    timm.models._hub.load_cfg_from_json = reader  # type: ignore[assignment]

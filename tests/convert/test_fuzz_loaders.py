@@ -2,7 +2,9 @@
 
 The checkpoint reader (safetensors, torch.save zip and legacy, .npz stored and compressed), ``config.json``
 reading and checking, ``convert`` end to end, and ``pull``'s verification get truncated and byte-edited
-copies of valid files. Each must either load (and then what it read is consistent) or raise our
+copies of valid files. Tensor containers are also built from drawn claims (any storage size, offset,
+shape, stride and tensor count, in torch.save zips, single-stream files and safetensors headers) and read
+under a memory cap: each loads exactly the logical bytes of its tensors, or is refused. Each must either load (and then what it read is consistent) or raise our
 exception type — ``ConversionError`` for checkpoints, ``ModelDirectoryError`` for model directories —
 with a message naming the file and the problem. The parsing runs in a child process
 (``loader_worker.py``), so an interpreter crash or a hang is caught and reported, not suffered.
@@ -10,7 +12,9 @@ Deterministic (``derandomize=True``) and bounded; conftest.py prints the number 
 """
 
 import argparse
+import hashlib
 import json
+import math
 import shutil
 
 import numpy as np
@@ -21,6 +25,14 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from tests.support import tiny
+from tests.support.containers import (
+    Storage,
+    Tensor,
+    expected_tensor,
+    safetensors_bytes,
+    write_torch_legacy,
+    write_torch_zip,
+)
 from tests.support.fuzz_plan import PLAN
 from tests.support.fuzzing import (
     CASES,
@@ -37,6 +49,7 @@ from tests.support.sources import google_npz, timm_vit
 from timm_vitscratch import hub
 from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
+from timm_vitscratch.gate.checkpoints import MAX_TENSORS
 
 #: cases per test, from the one table (kept small enough for CI: about a minute for the whole file)
 READER_CASES = {
@@ -268,3 +281,210 @@ def test_pull_installs_only_verified_files_from_a_repo_of_damaged_files(hub_env,
         lambda c, d: check(c, d, "model.safetensors"),
     )
     assert set(CASES["pull, damaged model.safetensors"]) == {"error"}
+
+
+# --- tensor containers with arbitrary strides, offsets, storage sizes and counts ----------------------------
+#: cases per container format (crafted files: what a pickle or a header can claim, not what torch.save writes)
+CONTAINER_SURFACES = {
+    "torch-zip": "tensor containers, torch-zip (shapes, strides, offsets, storage sizes, counts)",
+    "torch-legacy": "tensor containers, torch-legacy (shapes, strides, offsets, storage sizes, counts)",
+    "safetensors": "tensor containers, safetensors (shapes, offsets, counts)",
+}
+CONTAINER_CASES = {c: PLAN[surface] for c, surface in CONTAINER_SURFACES.items()}
+CONTAINER_HEADROOM = 384 << 20
+CONTAINER_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.uint8]
+#: sizes: mostly small, sometimes past every bound (2**48 is the largest a reader takes)
+EXTENTS = st.integers(0, 5) | st.sampled_from([-1, 2**31, 2**48, 2**48 + 1, 2**63])
+STRIDES = st.integers(0, 7) | st.sampled_from([-1, 2**31, 2**48, 2**62])
+OFFSETS = st.integers(0, 6) | st.sampled_from([-1, 2**40, 2**63])
+
+
+@pytest.fixture(scope="module")
+def capped_loader():
+    """A loader process whose address space is capped: a reader that believed a claim would fail there."""
+    process = LoaderProcess(timeout=120.0)
+    assert process.run("limit_memory", "-", headroom=CONTAINER_HEADROOM)["outcome"] == "ok"
+    yield process
+    process.close()
+
+
+def contiguous(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= max(size, 1)
+    return strides
+
+
+@st.composite
+def honest_view(draw, storage):
+    """A view that stays inside ``storage`` and stores each element once (contiguous or transposed)."""
+    available = len(storage.data) // storage.dtype.itemsize
+    shape = draw(st.lists(st.integers(0, 4), max_size=3))
+    while math.prod(shape) > available:  # drop dimensions until it fits (a size 0 fits any storage)
+        shape = shape[1:] if len(shape) > 1 else [0]
+    stride = contiguous(shape)
+    if len(shape) >= 2 and draw(st.booleans()):  # the last two dimensions swapped: a transposed view
+        shape[-2:], stride[-2:] = shape[-2:][::-1], stride[-2:][::-1]
+    offset = draw(st.integers(0, available - math.prod(shape)))
+    return Tensor(storage, offset, tuple(shape), tuple(stride))
+
+
+@st.composite
+def repeating_view(draw, storage):
+    """An honest view with one stride made 0 or smaller than its inner extent (expanded or overlapping),
+    inside its storage: what torch.save writes for ``tensor.expand`` and ``as_strided``."""
+    view = draw(honest_view(storage))
+    stride = list(view.stride)
+    if stride:
+        at = draw(st.integers(0, len(stride) - 1))
+        stride[at] = draw(st.integers(0, max(stride[at] - 1, 0)))
+    return Tensor(storage, view.offset, view.shape, tuple(stride))
+
+
+@st.composite
+def hostile_view(draw, storage):
+    """Any sizes, strides and offset, from small to past every bound."""
+    shape = draw(st.lists(EXTENTS, max_size=3))
+    if draw(st.booleans()):
+        stride, offset = contiguous([max(s, 0) for s in shape]), draw(st.integers(0, 3))
+    else:
+        stride, offset = draw(st.lists(STRIDES, min_size=len(shape), max_size=len(shape))), draw(OFFSETS)
+    if draw(st.integers(0, 9)) == 0:  # a sizes/strides mismatch
+        stride = stride + [1]
+    return Tensor(storage, offset, tuple(shape), tuple(stride))
+
+
+@st.composite
+def torch_containers(draw):
+    """(object to save, description): tensors viewing a few storages, each view honest or drawn freely."""
+    storages = []
+    for key in range(draw(st.integers(1, 3))):
+        dtype = draw(st.sampled_from(CONTAINER_DTYPES))
+        numel = draw(st.integers(0, 24))
+        values = torch.arange(numel, dtype=torch.float64).mul_(0.5).sub_(3).to(dtype)
+        storage = Storage.honest(str(key), values)
+        lie = draw(st.integers(0, 15))
+        if lie == 0:  # the pickle claims another element count than the file stores
+            storage.numel = draw(st.integers(0, 30) | st.sampled_from([2**31, 2**40, 2**60]))
+        elif lie == 1:  # the single-stream format's count before the data says another
+            storage.count = draw(st.integers(0, 30) | st.sampled_from([-1, 2**40]))
+        storages.append(storage)
+    if draw(st.integers(0, 24)) == 0:  # one past the tensor count
+        return [Tensor(storages[0], 0, (0,), (1,))] * (MAX_TENSORS + 1), f"{MAX_TENSORS + 1} empty tensors"
+    tensors = {}
+    for i in range(draw(st.integers(1, 5))):
+        storage = draw(st.sampled_from(storages))
+        kind = draw(st.integers(0, 9))
+        view = hostile_view if kind < 3 else repeating_view if kind < 5 else honest_view
+        tensors[f"t{i}"] = draw(view(storage))
+    if len(tensors) > 1 and draw(st.integers(0, 4)) == 0:
+        tensors["tied"] = tensors["t0"]  # one tensor under two names
+    obj = {"state_dict": tensors, "epoch": 1} if draw(st.booleans()) else tensors
+    description = "; ".join(
+        f"{n}: {t.storage.key}({t.storage.dtype}, numel {t.storage.numel}, stored {len(t.storage.data)} B, "
+        f"count {t.storage.count}) offset {t.offset} shape {t.shape} stride {t.stride}"
+        for n, t in tensors.items()
+    )
+    return obj, description
+
+
+def expected_values(tensors):
+    """What a reader must return for each accepted tensor: its logical bytes, each element stored once."""
+    values = {}
+    for name, tensor in tensors.items():
+        expected = expected_tensor(tensor)  # raises if the view leaves the stored bytes
+        index = torch.arange(len(tensor.storage.data) // tensor.storage.dtype.itemsize)
+        touched = torch.as_strided(index, tuple(tensor.shape), tuple(tensor.stride), tensor.offset)
+        assert touched.unique().numel() == touched.numel(), f"{name}: accepted a view that repeats stored elements"
+        data = expected.reshape(-1).view(torch.uint8).numpy().tobytes() if expected.numel() else b""
+        values[name] = [list(expected.shape), str(expected.dtype), hashlib.sha256(data).hexdigest()]
+    return values
+
+
+@pytest.mark.parametrize("container", ["torch-zip", "torch-legacy"])
+def test_torch_files_with_any_views_load_exactly_their_logical_bytes_or_are_refused(container, capped_loader, tmp_path):
+    name = CONTAINER_SURFACES[container]
+    write = write_torch_zip if container == "torch-zip" else write_torch_legacy
+    target = tmp_path / "crafted.pth"
+    CASES[name].clear()
+
+    @fuzz_settings(CONTAINER_CASES[container])
+    @given(torch_containers())
+    def case(drawn):
+        obj, description = drawn
+        write(target, obj)
+        result = capped_loader.run("checkpoint_values", target)
+        outcome = check_outcome(result, str(target), description)
+        if outcome == "ok":
+            tensors = obj["state_dict"] if "state_dict" in obj else obj
+            assert result["values"] == expected_values(tensors), description
+        CASES[name][outcome] += 1
+
+    case()
+    assert sum(CASES[name].values()) == CONTAINER_CASES[container] and set(CASES[name]) == {"ok", "error"}
+
+
+SAFETENSORS_DTYPE_NAMES = ["F32", "F16", "BF16", "F64", "I64", "U8", "C64", "F8_E4M3", "Q8"]
+
+
+@st.composite
+def safetensors_files(draw):
+    """(file bytes, {name: (shape, dtype name, data bytes)} as laid out, description)."""
+    if draw(st.integers(0, 24)) == 0:  # one past the tensor count
+        entry = {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}
+        header = {f"t{i}": entry for i in range(MAX_TENSORS + 1)}
+        return safetensors_bytes(header), {}, f"{MAX_TENSORS + 1} empty tensors"
+    header, layout, data = {}, {}, b""
+    for i in range(draw(st.integers(0, 5))):
+        honest = draw(st.integers(0, 3)) > 0
+        dtype = draw(st.sampled_from(SAFETENSORS_DTYPE_NAMES[:6] if honest else SAFETENSORS_DTYPE_NAMES))
+        shape = draw(st.lists(st.integers(0, 4) if honest else EXTENTS, max_size=3))
+        size = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I64": 8, "C64": 8}.get(dtype, 1)
+        nbytes = math.prod(max(s, 0) for s in shape) * size
+        if nbytes > 4096:  # honest data stays small; the claim is kept, the bytes are not there
+            nbytes = 0
+        chunk = bytes((len(data) + j) % 251 for j in range(nbytes))
+        offsets = [len(data), len(data) + nbytes]
+        lie = 9 if honest else draw(st.integers(0, 2))
+        if lie == 0:
+            offsets = [draw(OFFSETS), draw(OFFSETS)]
+        elif lie == 1:
+            offsets = [offsets[0] + draw(st.sampled_from([-2, -1, 1, 3])), offsets[1]]
+        header[f"t{i}"] = {"dtype": dtype, "shape": shape, "data_offsets": offsets}
+        layout[f"t{i}"] = (shape, dtype, chunk)
+        data += chunk
+    cut = draw(st.integers(0, 15))
+    if cut == 0 and data:  # trailing or missing bytes
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif cut == 1:
+        data += b"\x00" * draw(st.integers(1, 9))
+    header_length = draw(st.sampled_from([2**62, 100_000_000])) if draw(st.integers(0, 19)) == 0 else None
+    content = safetensors_bytes(header, data, header_length)
+    return content, layout, f"header {json.dumps(header)[:400]}; {len(data)} data bytes; length {header_length}"
+
+
+def test_safetensors_with_any_header_load_exactly_their_bytes_or_are_refused(capped_loader, tmp_path):
+    name = CONTAINER_SURFACES["safetensors"]
+    target = tmp_path / "crafted.safetensors"
+    CASES[name].clear()
+    dtypes = {"F32": "torch.float32", "F16": "torch.float16", "BF16": "torch.bfloat16", "F64": "torch.float64"}
+    dtypes.update({"I64": "torch.int64", "U8": "torch.uint8"})
+
+    @fuzz_settings(CONTAINER_CASES["safetensors"])
+    @given(safetensors_files())
+    def case(drawn):
+        content, layout, description = drawn
+        target.write_bytes(content)
+        result = capped_loader.run("checkpoint_values", target)
+        outcome = check_outcome(result, str(target), description)
+        if outcome == "ok":
+            expected = {
+                n: [shape, dtypes[dtype], hashlib.sha256(chunk).hexdigest()]
+                for n, (shape, dtype, chunk) in layout.items()
+            }
+            assert result["values"] == expected, description
+        CASES[name][outcome] += 1
+
+    case()
+    assert sum(CASES[name].values()) == CONTAINER_CASES["safetensors"] and set(CASES[name]) == {"ok", "error"}

@@ -7,11 +7,14 @@ small valid files still load under it.
 """
 
 import json
+import shutil
 import struct
 import zipfile
 
 import numpy as np
 import pytest
+import timm
+import torch
 from safetensors.torch import save_file
 
 from tests.support import tiny
@@ -106,3 +109,69 @@ def test_small_valid_files_still_load_under_the_cap(capped, tmp_path):
     save_file({"w": tiny().state_dict()["head.weight"]}, str(tmp_path / "ok.safetensors"))
     assert capped.run("checkpoint", tmp_path / "ok.safetensors") == {"outcome": "ok", "tensors": 1}
     assert capped.run("check_model_directory", model_dir(tmp_path / "model", tiny()))["outcome"] == "ok"
+
+
+# --- what the probes found (r06, r07, r14): each written here in small ----------------------------------
+def converts_nothing(capped, source, out, *words):
+    """``convert`` of ``source`` is refused under the cap, with our error naming it and ``words``; nothing written."""
+    result = capped.run("convert", source, out=str(out))
+    assert check_outcome(result, str(source), "hostile source") == "error"
+    assert all(word in result["message"] for word in words), result["message"]
+    assert not out.exists()
+    return result["message"]
+
+
+def test_r06_a_torch_zip_of_expanded_tensors_is_refused_before_anything_is_materialised(capped, tmp_path):
+    """One stored float viewed with stride 0 as every tensor of a ViT (a 20 KB file claiming 346 MB), and as
+    one tensor claiming 40 GB: refused from the pickle's records, before torch.load or any copy."""
+    one = torch.randn(1)
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in timm.create_model("scratch_vit_b16").state_dict().items()}
+    torch.save({k: one.expand(shape) for k, shape in shapes.items()}, tmp_path / "b16.pth")
+    torch.save({"w": torch.ones(1, dtype=torch.float64).expand(50_000, 100_000)}, tmp_path / "wide.pth")
+    assert (tmp_path / "wide.pth").stat().st_size < 4096
+    for name in ("b16.pth", "wide.pth"):
+        converts_nothing(capped, tmp_path / name, tmp_path / "out", "strides (0,", "expected each element stored once")
+        result = capped.run("checkpoint", tmp_path / name)
+        assert check_outcome(result, str(tmp_path / name), name) == "error" and "stride-0" in result["message"]
+
+
+def test_r07_a_safetensors_header_of_many_tensors_is_refused_before_it_is_parsed(capped, tmp_path):
+    """A header past 16 MiB (r07's was 92 MB of 1.5 M zero-length tensors) is refused from its length; one
+    within it but listing more tensors than a checkpoint has is refused from a byte count, before parsing.
+    Each as a file to convert, as a model directory's weights (our check, and timm's local-dir: loader)."""
+    entry = {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}
+    big = safetensors_bytes({f"t{i:08d}": entry for i in range(300_000)})
+    assert len(big) > 16 << 20
+    many = safetensors_bytes({f"t{i:08d}": entry for i in range(20_000)})
+    for content, words in ((big, "at most 16,777,216 are read"), (many, "lists 20,000 tensors; at most 16,384")):
+        path = tmp_path / "lie.safetensors"
+        path.write_bytes(content)
+        result = capped.run("checkpoint", path)
+        assert check_outcome(result, str(path), words) == "error" and words in result["message"], result
+        converts_nothing(capped, path, tmp_path / "out", words)
+        directory = model_dir(tmp_path / "model", tiny())
+        (directory / "model.safetensors").write_bytes(content)
+        checked = capped.run("check_model_directory", directory)
+        assert check_outcome(checked, str(directory), words) == "error" and words in checked["message"]
+        by_timm = capped.run("timm_local_dir", directory)
+        assert by_timm["outcome"] == "error" and by_timm["ours"] and words in by_timm["message"], by_timm
+        shutil.rmtree(directory)
+
+
+def test_r14_a_config_of_millions_of_empty_objects_is_refused_at_a_bounded_cost(capped, tmp_path):
+    """config.json as '"x": [{},{},...]': just under 16 MiB for convert (refused by its value count), 20 MB for
+    timm's own local-dir: loader (refused by its size, read no further than the bound)."""
+    directory = model_dir(tmp_path / "model", tiny())
+    config = json.dumps(read_config(directory))[:-1] + ', "x": ['
+
+    def stuff(size):
+        count = (size - len(config) - 8) // 3
+        (directory / "config.json").write_text(config + "{}," * count + "{}]}")
+
+    stuff((16 << 20) - 64)
+    converts_nothing(capped, directory, tmp_path / "out", "config.json", "JSON values; at most 250,000 are read")
+    stuff(20_000_000)
+    by_timm = capped.run("timm_local_dir", directory)
+    assert by_timm["outcome"] == "error" and by_timm["type"].endswith("ModelDirectoryError"), by_timm
+    assert "larger than 16,777,216 bytes" in by_timm["message"]

@@ -19,6 +19,10 @@ PLAN = {
     "convert, jax-npz": 16,
     "pull, damaged config.json": 8,
     "pull, damaged model.safetensors": 8,
+    # drawn claims, read under a memory cap (tests/convert/test_fuzz_loaders.py)
+    "tensor containers, torch-zip (shapes, strides, offsets, storage sizes, counts)": 200,
+    "tensor containers, torch-legacy (shapes, strides, offsets, storage sizes, counts)": 120,
+    "tensor containers, safetensors (shapes, offsets, counts)": 200,
     # hostile values (tests/trust/test_fuzz_trust.py)
     "model_args values and keys (check, local-dir:, convert)": 120,
     "train.py model_kwargs (convert)": 60,

@@ -16,6 +16,8 @@ import traceback
 import warnings
 from pathlib import Path
 
+import torch
+
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
@@ -39,6 +41,19 @@ def load_checkpoint_file(path: Path, request: dict) -> dict:
                     f"announced {checkpoint.shape(name)} {checkpoint.dtype(name)}",
                 }
     return {"outcome": "ok", "tensors": len(names)}
+
+
+def checkpoint_values(path: Path, request: dict) -> dict:
+    """Open a checkpoint and read every tensor: its shape, dtype and the sha256 of its logical bytes."""
+    import hashlib
+
+    values = {}
+    with open_checkpoint(path) as checkpoint:
+        for name in checkpoint.keys():
+            tensor = checkpoint.tensor(name).contiguous()
+            data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            values[name] = [list(tensor.shape), str(tensor.dtype), hashlib.sha256(data).hexdigest()]
+    return {"outcome": "ok", "values": values}
 
 
 def convert_file(path: Path, request: dict) -> dict:
@@ -116,6 +131,7 @@ LOADERS = {
     "allocate": (allocate, ()),
     "timm_local_dir": (timm_local_dir, (ModelArgsError, ConversionError, ModelDirectoryError)),
     "checkpoint": (load_checkpoint_file, ConversionError),
+    "checkpoint_values": (checkpoint_values, ConversionError),
     "convert": (convert_file, ConversionError),
     "picture": (read_picture, PictureError),
     "read_config": (read_model_config, ModelDirectoryError),

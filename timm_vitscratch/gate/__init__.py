@@ -6,7 +6,8 @@ which checks sizes, counts and shapes before anything is parsed, built or alloca
 caller's error type with a message that says what was wrong and what was expected:
 
 - :mod:`.files`: regular files only (no FIFO, device or link out of their directory), bounded reads;
-- :mod:`.json_data`: JSON bounded in bytes, values, depth, string length and digits before parsing;
+- :mod:`.json_data`: JSON bounded in bytes, values, depth, string length and digits before parsing
+  (timm's own ``local-dir:`` / ``hf-hub:`` config reads are routed here too);
 - :mod:`.naflex_batch`: NaFlex batches handed to a model, checked entry by entry, coordinates bounded by
   each image's valid patches and the position table's resample bound;
 - :mod:`.hub_answers`: the Hub's answers to a pull (commit id, file list, sizes, hashes, download headers),
@@ -16,6 +17,13 @@ caller's error type with a message that says what was wrong and what was expecte
 - :mod:`.hub_config`: a Hub repo's ``config.json`` at the 40-hex commit it came from, parsed bounded;
 - :mod:`.images`: pictures (``vitscratch attention``): regular files in a few known formats, bounded in
   pixels by their header before they are decoded;
+- :mod:`.checkpoints`: what every checkpoint container shares: its file opened once, and the bounds on
+  what it claims about its tensors (count, shape, strides, logical bytes);
+- :mod:`.safetensors_data`: safetensors files, the header bounded in bytes and tensors before parsing;
+- :mod:`.zip_archive`: zip archives, their directory and expansion bounded before ``zipfile`` reads them;
+- :mod:`.torch_pickle`: a ``torch.save`` pickle read as tensor records, nothing run;
+- :mod:`.torch_save`: ``torch.save`` files, loaded by ``torch.load`` only once their records are in bounds;
+- :mod:`.npz_data`: numpy ``.npz`` archives of plain numeric arrays.
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

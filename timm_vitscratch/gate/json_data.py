@@ -16,8 +16,9 @@ from typing import Any
 
 from .files import ErrorType, PathLike, read_bytes
 
-#: a JSON string, escapes included (an unterminated one does not match: json.loads then says where)
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+#: a JSON string, escapes included; an unterminated one runs to the end (json.loads then says where). Every
+#: match succeeds and never backtracks, so the scan is linear whatever the bytes (``"\"\"\"...`` included)
+_STRING = re.compile(rb'"[^"\\]*(?:\\(?:.|\Z)[^"\\]*)*(?:"|\Z)', re.S)
 _BRACKETS = re.compile(rb"[\[\]{}]")
 _DIGITS = re.compile(rb"[0-9]+")
 
@@ -42,15 +43,25 @@ class JsonLimits:
 DEFAULT_LIMITS = JsonLimits()
 
 
-def parse_json(data: bytes, label: str, error: ErrorType, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
-    """``data`` as a JSON value, or ``error("<label> ...")`` saying which bound it passes or where it is invalid."""
+def parse_json(
+    data: bytes, label: str, error: ErrorType, limits: JsonLimits = DEFAULT_LIMITS, unique_keys: bool = False
+) -> Any:
+    """``data`` as a JSON value, or ``error("<label> ...")`` saying which bound it passes or where it is invalid.
+
+    With ``unique_keys``, an object that names a key twice is refused (``json.loads`` would keep the last,
+    another reader the first: the same bytes would mean two things).
+    """
     if len(data) > limits.max_bytes:
         raise error(f"{label} is {len(data):,} bytes, more than the {limits.max_bytes:,} a JSON file may have")
     longest = 0
     strings = 0
     for match in _STRING.finditer(data):
         strings += 1
-        longest = max(longest, match.end() - match.start() - 2)
+        if strings > limits.max_values:  # stop at the bound: each match is an object of its own
+            raise error(
+                f"{label} holds more than {limits.max_values:,} JSON strings; at most that many values are read"
+            )
+        longest = max(longest, match.end() - match.start() - 2)  # (one more for an unterminated one)
     if longest > limits.max_string:
         raise error(f"{label} holds a string of {longest:,} characters; at most {limits.max_string:,} are read")
     bare = _STRING.sub(b'""', data)  # commas, brackets and digits inside strings are not structure
@@ -71,9 +82,24 @@ def parse_json(data: bytes, label: str, error: ErrorType, limits: JsonLimits = D
     except UnicodeDecodeError as err:
         raise error(f"{label} is not UTF-8 text: {err}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None)
+    except _DuplicateKey as err:
+        raise error(f"{label} names the key {err.args[0]!r} twice in one object; expected each key once") from None
     except (json.JSONDecodeError, RecursionError, ValueError) as err:
         raise error(f"{label} is not valid JSON: {err}") from None
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
 
 
 def read_json_object(
@@ -84,3 +110,12 @@ def read_json_object(
     if not isinstance(value, dict):
         raise error(f"{path} holds a JSON {type(value).__name__}; expected an object of config fields")
     return value
+
+
+def route_timm_configs() -> None:
+    """Make timm read every ``local-dir:`` / ``hf-hub:`` ``config.json`` here (a regular file, bounded as
+    :func:`parse_json`; a refusal is a ``ModelDirectoryError`` naming the file), not whole and unbounded."""
+    from ..errors import ModelDirectoryError
+    from ..private_api import read_timm_configs_with
+
+    read_timm_configs_with(lambda path: read_json_object(path, ModelDirectoryError))

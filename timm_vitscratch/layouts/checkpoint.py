@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,18 @@ class StateDictCheckpoint(Checkpoint):
 
     def _read(self, key: str) -> torch.Tensor:
         return self._tensors[self._raw[key]]
+
+
+def gate_error(path: Path) -> Callable[[str], ConversionError]:
+    """The ``error`` the gate's readers take: their messages start with the file's name, kept as ``.path``."""
+    prefix = f"{path}: "
+
+    def error(message: str) -> ConversionError:
+        if message.startswith(prefix):
+            return ConversionError(message[len(prefix) :], path)
+        return ConversionError(message)
+
+    return error
 
 
 def brief(err: BaseException) -> str:

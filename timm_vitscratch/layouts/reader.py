@@ -5,15 +5,16 @@ plus ``config.json`` / ``preprocessor_config.json``)."""
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConversionError
+from ..gate.checkpoints import open_checkpoint_file
 from ..gate.files import regular_file
 from ..gate.json_data import read_json_object
-from .checkpoint import Checkpoint, brief
-from .npz_file import NpzCheckpoint, check_expansion
+from ..gate.zip_archive import open_archive
+from .checkpoint import Checkpoint, gate_error
+from .npz_file import NpzCheckpoint
 from .safetensors_file import SafetensorsCheckpoint
 from .torch_file import TorchCheckpoint
 
@@ -23,19 +24,15 @@ DIRECTORY_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth", "mod
 
 def _sniff(path: Path) -> str:
     """Which container a file is, from its first bytes (not its name)."""
-    with open(path, "rb") as handle:
+    with open_checkpoint_file(path, gate_error(path)) as handle:
         head = handle.read(9)
-    if not head:
-        raise ConversionError("is empty", path)
-    if head.startswith(b"PK\x03\x04"):
-        try:
-            with zipfile.ZipFile(path) as archive:
+        if not head:
+            raise ConversionError("is empty", path)
+        names = []
+        if head.startswith(b"PK\x03\x04"):
+            with open_archive(handle, path, gate_error(path)) as archive:
                 names = archive.namelist()
-                check_expansion(archive.infolist(), path.stat().st_size, path)
-        except ConversionError:
-            raise
-        except Exception as err:  # BadZipFile, but also UnicodeDecodeError, NotImplementedError ... on damage
-            raise ConversionError(f"is a damaged zip archive (truncated?): {brief(err)}", path) from None
+    if head.startswith(b"PK\x03\x04"):
         if any(name.endswith("data.pkl") for name in names):
             return "torch-zip"
         if names and all(name.endswith(".npy") for name in names):

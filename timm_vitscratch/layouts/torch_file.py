@@ -1,22 +1,19 @@
-"""``torch.save`` files (``.pth``, ``.pt``, ``.bin``, timm's ``.pth.tar``): ``torch.load`` with
-``weights_only=True`` (only ``argparse.Namespace`` is allowed besides tensors and containers, for the
-``args`` timm's ``train.py`` stores) and ``mmap=True`` for the zip format (pages given back after use,
-see ``page_release``)."""
+"""``torch.save`` files (``.pth``, ``.pt``, ``.bin``, timm's ``.pth.tar``), read through the gate
+(:mod:`timm_vitscratch.gate.torch_save`): the pickle's tensor records are bounded first, then ``torch.load``
+runs with ``weights_only=True`` (only ``argparse.Namespace`` is allowed besides tensors and containers,
+for the ``args`` timm's ``train.py`` stores) and ``mmap=True`` for the zip format (pages given back after
+use, see ``page_release``)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import pickle
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from ..errors import ConversionError
-from .checkpoint import KEY_PREFIXES, Checkpoint, brief, unwrap
+from ..gate.torch_save import load_torch_file
+from .checkpoint import KEY_PREFIXES, Checkpoint, gate_error, unwrap
 from .page_release import PageReleaser
 
 
@@ -25,7 +22,7 @@ class TorchCheckpoint(Checkpoint):
 
     def __init__(self, path: Path, ema: bool, is_zip: bool) -> None:
         super().__init__(path)
-        obj = _torch_load(path, mmap=is_zip)
+        obj = load_torch_file(path, gate_error(path), zip_format=is_zip)
         state_dict, self.wrapper = unwrap(obj, ema, path)
         args = obj.get("args") if isinstance(obj, Mapping) else None
         if isinstance(args, argparse.Namespace):
@@ -43,22 +40,3 @@ class TorchCheckpoint(Checkpoint):
 
     def close(self) -> None:
         self._tensors = {}
-
-
-def _torch_load(path: Path, mmap: bool) -> Any:
-    # timm's train.py stores its argparse.Namespace under "args": the one non-tensor global allowed
-    allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5
-    try:
-        with allow([argparse.Namespace]) if allow else contextlib.nullcontext():
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL\s+([\w.]+)", str(err))
-        unsafe = f"it asks for {found.group(1)}" if found else str(err).strip().split("\n")[0]
-        raise ConversionError(
-            f"refused to unpickle: it needs more than tensors ({unsafe}). Checkpoints are loaded with "
-            f"torch.load(weights_only=True), which never runs code from the file. If this is a whole model "
-            f"saved with torch.save(model), save model.state_dict() instead",
-            path,
-        ) from None
-    except Exception as err:  # weights_only's unpickler fails on damage with many types (IndexError, struct.error ...)
-        raise ConversionError(f"not a readable torch checkpoint (truncated or corrupt?): {brief(err)}", path) from None

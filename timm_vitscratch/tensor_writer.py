@@ -23,20 +23,8 @@ import torch
 
 from .errors import ConversionError
 from .files import PathLike, atomic_write
+from .gate.safetensors_data import SAFETENSORS_DTYPES
 
-#: safetensors' dtype names and torch's dtypes: the one table the writers and the readers share
-SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
 SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 #: the dtype names weights may have (a model's tensors are floating point)
 FLOAT_NAMES = tuple(name for name, dtype in SAFETENSORS_DTYPES.items() if dtype.is_floating_point)

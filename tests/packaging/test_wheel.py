@@ -33,6 +33,7 @@ def test_wheel_has_the_user_packages_and_nothing_else(built_wheel):
     packages = {name.rsplit("/", 1)[0] for name in _python_sources(built_wheel) if "/" in name}
     assert packages == {
         "timm_vitscratch",
+        "timm_vitscratch/gate",
         "timm_vitscratch/layouts",
         "timm_vitscratch/models",
         "timm_vitscratch/convert",

@@ -20,11 +20,23 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from ..tensor_writer import SAFETENSORS_DTYPES
 from .checkpoints import MAX_TENSORS, check_count, check_shape, descriptor_path, logical_bytes, open_checkpoint_file
 from .files import ErrorType, PathLike
 from .json_data import JsonLimits, parse_json
 
+#: safetensors' dtype names and torch's dtypes: the one table the writers and the readers share
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 #: bytes of a header (a ViT's is a few tens of KB; about 150 bytes a tensor, plus metadata)
 MAX_HEADER_BYTES = 16 << 20
 #: the header's JSON: per tensor an object, its name, dtype, shape list (up to 8 sizes) and two offsets

@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConversionError
-from ..gate.safetensors_data import SafetensorsData, safetensors_entries
-from ..tensor_writer import SAFETENSORS_DTYPES
+from ..gate.safetensors_data import SAFETENSORS_DTYPES, SafetensorsData, safetensors_entries
 from .checkpoint import KEY_PREFIXES, Checkpoint, Shape, gate_error
 from .page_release import release_mapped_range
 

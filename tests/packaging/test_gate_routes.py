@@ -83,7 +83,10 @@ def test_summary_and_attention_of_a_directory(directory, tmp_path, capsys):
     assert CONFIG <= seen
     Image.new("RGB", (40, 40), (10, 200, 30)).save(tmp_path / "cat.png")
     with gate_modules() as seen:
-        assert main(["attention", str(tmp_path / "cat.png"), "--model", str(directory), "--out", str(tmp_path / "a.png")]) == 0
+        assert (
+            main(["attention", str(tmp_path / "cat.png"), "--model", str(directory), "--out", str(tmp_path / "a.png")])
+            == 0
+        )
     assert CONFIG | {"images"} <= seen
 
 

@@ -19,6 +19,7 @@ from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
+from timm_vitscratch.gate.json_data import DEFAULT_LIMITS
 from timm_vitscratch.model_dir import NonFiniteWeightsWarning, check_model_directory, save_model_directory
 from timm_vitscratch.models.model_args import (
     MAX_PARAMETERS,
@@ -28,7 +29,6 @@ from timm_vitscratch.models.model_args import (
     check_model_args,
     estimated_parameters,
 )
-from timm_vitscratch.gate.json_data import DEFAULT_LIMITS
 
 MAX_JSON_DEPTH = DEFAULT_LIMITS.max_depth
 

@@ -1,9 +1,8 @@
 """Push and pull model directories through the Hugging Face Hub.
 
 Built on ``huggingface_hub``'s public API (``HfApi.create_repo`` / ``create_branch`` / ``create_commit`` /
-``model_info``; for a pull, ``get_session`` / ``build_hf_headers`` / ``hf_raise_for_status`` for the revision
-lookup and the file list, whose answers pass the gate, and ``hf_hub_download`` one file at a time within the
-bounds of :mod:`.transfer`) and timm's hub helpers (``save_config_for_hf`` through :mod:`.model_dir`, the
+``model_info``; for a pull, the revision lookup and the file list of :mod:`.listing`, whose answers pass the
+gate, and ``hf_hub_download`` one file at a time within the bounds of :mod:`.transfer`) and timm's hub helpers (``save_config_for_hf`` through :mod:`.model_dir`, the
 model-card layout). Every request names this library in its user-agent. ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` /
 ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` act as they do for every ``huggingface_hub`` client. Remote failures
 surface as ``huggingface_hub``'s own exceptions or its HTTP library's transport errors (told to people by
@@ -16,7 +15,6 @@ import errno
 import hashlib
 import io
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -24,7 +22,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote
 
 import timm
 from huggingface_hub import (
@@ -32,7 +29,6 @@ from huggingface_hub import (
     CommitOperationCopy,
     CommitOperationDelete,
     HfApi,
-    get_session,
     hf_hub_download,
 )
 from huggingface_hub.constants import DEFAULT_REVISION
@@ -44,14 +40,14 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, httpx, validate_repo_id
+from huggingface_hub.utils import httpx, validate_repo_id
 from timm.models import split_model_name_tag
 from torch import nn
 
 from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..gate.files import MAX_TEXT_BYTES
-from ..gate.hub_answers import MAX_ANSWER_BYTES, MAX_WEIGHTS_BYTES, HubFile, repo_files, revision_commit
+from ..gate.hub_answers import HubFile
 from ..gate.hub_config import read_hub_config
 from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
@@ -86,14 +82,11 @@ from .cache import (
     snapshot_dir,
 )
 from .failures import HubAnswerError
+from .listing import COMMIT_ID, LIBRARY_NAME, PULL_REQUIRED, README_NAME, damaged_files, listing
 from .model_card import model_card
 from .transfer import Guard, TransferLimits, guarded
 
-#: who makes the requests, in each one's user-agent (``timm_vitscratch/<version>; hf_hub/...``)
-LIBRARY_NAME = "timm_vitscratch"
-README_NAME = "README.md"
 REPO_FILES = (CONFIG_NAME, WEIGHTS_NAME, README_NAME)
-_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 
 
 def hub_api(token: str | None = None) -> HfApi:
@@ -131,7 +124,7 @@ def push(
     left as it is. Weights holding NaN or Inf are pushed with a warning, or refused with ``strict=True``.
     Returns ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
     """
-    if revision is not None and _COMMIT_ID.match(revision):
+    if revision is not None and COMMIT_ID.match(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
     if isinstance(labels, (str, os.PathLike)):  # a file or an image folder; a list or tuple holds the names
         try:  # before anything is built: a missing file is the first thing said
@@ -172,7 +165,7 @@ def push(
 
 def _commit_id(value: Any, repo_id: str, revision: str | None) -> str:
     """A commit id the Hub answered, when it is one (40 hex characters)."""
-    if not isinstance(value, str) or not _COMMIT_ID.match(value):
+    if not isinstance(value, str) or not COMMIT_ID.match(value):
         raise ModelDirectoryError(
             f"{repo_id}@{revision or DEFAULT_REVISION}: the Hub answered the commit id {str(value)[:60]!r}; "
             "expected 40 hex characters"
@@ -357,10 +350,6 @@ def _checked_labels(labels: Sequence[str], model: nn.Module, label: str) -> list
 
 # --- pull ------------------------------------------------------------------------------------------
 #: the files of a model directory a pull takes from the repo, and the most bytes each may hold
-PULL_FILES = {CONFIG_NAME: MAX_ANSWER_BYTES, WEIGHTS_NAME: MAX_WEIGHTS_BYTES, README_NAME: MAX_TEXT_BYTES}
-PULL_REQUIRED = (CONFIG_NAME, WEIGHTS_NAME)
-
-
 def pull(
     repo_id: str,
     out_dir: PathLike,
@@ -442,7 +431,7 @@ def _download(
     revision = revision or DEFAULT_REVISION
     with guarded(label, limits or TransferLimits.resolve()) as guard:
         try:
-            commit, files = _listing(repo_id, revision, token, label, guard)
+            commit, files = listing(repo_id, revision, token, label, guard)
         except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled, HfHubHTTPError) as error:
             if isinstance(error, (httpx.ProxyError, RevisionNotFoundError)):
                 raise
@@ -452,10 +441,10 @@ def _download(
         remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
         if _weights_as_recorded(snapshot):
             return snapshot
-        damaged = _damaged_files(snapshot, files)
+        damaged = damaged_files(snapshot, files)
         if damaged:
             _fetch(repo_id, commit, {name: files[name] for name in damaged}, token, guard, force_download=True)
-            damaged = _damaged_files(snapshot, files)
+            damaged = damaged_files(snapshot, files)
     if damaged:
         forget(repo_id, snapshot, damaged)  # never leave damaged bytes in the cache under the Hub's hash
         name, (algorithm, expected, actual) = next(iter(damaged.items()))
@@ -464,26 +453,6 @@ def _download(
             f"received have {actual} (a proxy or the network altering the download?); nothing was installed"
         )
     return snapshot
-
-
-def _listing(
-    repo_id: str, revision: str, token: str | None, label: str, guard: Guard
-) -> tuple[str, dict[str, HubFile]]:
-    """The revision's commit id and the files of a model directory the Hub lists at it, through the gate."""
-    endpoint = hub_api(token).endpoint
-    headers = build_hf_headers(token=token, library_name=LIBRARY_NAME, library_version=__version__)
-    with guard.api():
-        answer = get_session().get(
-            f"{endpoint}/api/models/{repo_id}/revision/{quote(revision, safe='')}", headers=headers
-        )
-        hf_raise_for_status(answer)
-    commit = revision_commit(answer.content, label, HubAnswerError)
-    if _COMMIT_ID.fullmatch(revision) and commit != revision:
-        raise HubAnswerError(f"{label}: the Hub answered commit {commit} for commit {revision}; expected the same")
-    with guard.api():
-        answer = get_session().get(f"{endpoint}/api/models/{repo_id}/tree/{commit}", headers=headers)
-        hf_raise_for_status(answer)
-    return commit, repo_files(answer.content, label, PULL_FILES, PULL_REQUIRED, HubAnswerError)
 
 
 def _fetch(
@@ -533,29 +502,6 @@ def _weights_as_recorded(snapshot: Path) -> bool:
         return False
     weights = snapshot / WEIGHTS_NAME
     return weights.is_file() and sha256_file(weights) == expected
-
-
-def _damaged_files(snapshot: Path, files: dict[str, HubFile]) -> dict[str, tuple[str, str, str]]:
-    """The files of ``snapshot`` whose bytes are not what the Hub lists: name -> (algorithm, Hub's hash, ours)."""
-    damaged = {}
-    for name, listed in files.items():
-        path = snapshot / name
-        if listed.sha256 is not None:
-            algorithm, expected, actual = "sha256", listed.sha256, sha256_file(path)
-        else:
-            algorithm, expected, actual = "git-sha1", listed.blob_id, _git_blob_id(path)
-        if actual != expected:
-            damaged[name] = (algorithm, expected, actual)
-    return damaged
-
-
-def _git_blob_id(path: Path) -> str:
-    """The git blob id of a file (sha1 of ``blob <size>\\0`` and its bytes), the Hub's hash of a non-LFS file."""
-    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- pretrained tags -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,3 +307,28 @@ def unavailable_weights_message(name: str, source: WeightsSource, error: BaseExc
         f"them offline, {fill}; or pass pretrained_cfg_overlay=dict(file='/path/to/{source.filename}') to "
         f"timm.create_model (train.py: --pretrained-path).{fail_fast}"
     )
+
+
+# --- Hub weights, fetched through the Hub client's checks before timm loads them ---------------------------
+#: the file of a Hub repo our entry function fetches before timm's loader reads it (timm takes it first)
+HUB_WEIGHTS_FILE = "model.safetensors"
+#: ``(repo_id, revision or None, cache_dir or None) -> commit id``: puts the repo's weights at the revision into
+#: the Hugging Face cache, checked, and says which commit they are at. Set by the package (its ``__init__``) to
+#: :func:`timm_vitscratch.hub.timm_weights.fetch_weights`, a layer above this one.
+HubWeightsFetcher = Callable[[str, "str | None", "str | os.PathLike[str] | None"], str]
+_hub_weights_fetcher: list[HubWeightsFetcher] = []
+
+
+def set_hub_weights_fetcher(fetch: HubWeightsFetcher) -> None:
+    """Set the function that fetches a Hub repo's weights before timm loads them (see :data:`HubWeightsFetcher`)."""
+    _hub_weights_fetcher[:] = [fetch]
+
+
+def fetch_hub_weights(repo_id: str, revision: str | None, cache_dir: str | os.PathLike[str] | None) -> str:
+    """The commit id at which the repo's weights now lie in the cache, fetched by the function set; its errors
+    pass on. Without one set (the package's ``__init__`` always sets it), nothing is fetched unchecked."""
+    if not _hub_weights_fetcher:
+        raise RuntimeError(
+            f"cannot fetch the weights of {repo_id}: no Hub weights fetcher is set (import timm_vitscratch)"
+        )
+    return _hub_weights_fetcher[0](repo_id, revision, cache_dir)

@@ -30,7 +30,9 @@ from .build import empty_model, initialised_model
 from .checkpoint_filter import checkpoint_filter_fn
 from .model_args import check_label_names, check_saved_config, safetensors_shapes
 from .pretrained import (
+    HUB_WEIGHTS_FILE,
     WeightsSource,
+    fetch_hub_weights,
     imagenet_label_names,
     pretrained_tags,
     tag_model_args,
@@ -327,6 +329,12 @@ def _fetch_failure(name: str, source: WeightsSource, error: BaseException | None
     return PretrainedWeightsUnavailable(unavailable_weights_message(name, source, error, offline=is_offline_mode()))
 
 
+def _fetch_first(source: WeightsSource) -> bool:
+    """Whether our entry function fetches the weights before timm's loader: those of a Hub repo that timm
+    would download (not offline, where it reads the cache), in the file timm takes first."""
+    return source.kind == "hf-hub" and source.filename == HUB_WEIGHTS_FILE and not is_offline_mode()
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     _check_file_config(variant, kwargs)
     requested = kwargs.get("pretrained_cfg")
@@ -350,7 +358,16 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
     # a fresh model is initialised once (not first by nn.Linear's default and then again).
     on_meta = cfg is not None and _loads_from_storage(cfg)
+    pinned = False
     try:  # timm's own download path; only its failure to fetch is put in words
+        if cfg is not None and source is not None and _fetch_first(source):
+            # the weights through the Hub client's checks first, then timm is handed the repo at the commit
+            # they are at: it finds them in the cache and asks the Hub nothing more
+            repo_id, _, revision = source.location.partition("@")
+            commit = fetch_hub_weights(repo_id, revision or None, kwargs.get("cache_dir"))
+            overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
+            model_args["pretrained_cfg_overlay"] = {**overlay, "hf_hub_id": f"{repo_id}@{commit}"}
+            pinned = True
         model = build_model_with_cfg(
             empty_model if on_meta else initialised_model,
             variant,
@@ -363,9 +380,11 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
         if source is None:
             raise
         raise _fetch_failure(name, source, err) from err
+    built_cfg = getattr(model, "pretrained_cfg", None)
+    if pinned and isinstance(built_cfg, dict) and cfg is not None:
+        built_cfg["hf_hub_id"] = cfg.hf_hub_id  # what was asked for, as timm records it without the pinning
     if tag_args:  # recorded where timm's factory records model args, so saved configs keep them
         record_model_args(model, **tag_args)
-    built_cfg = getattr(model, "pretrained_cfg", None)
     if (
         pretrained
         and model_tag in pretrained_tags()

@@ -90,6 +90,20 @@ SLOW = {
     "inspect/test_flops.py::test_analytic_matches_flop_counter": "torch's FLOP counter over full-size models",
     "inspect/test_flops.py::test_every_variant": "torch's FLOP counter over every variant",
     "inspect/test_layer_table.py::test_rows_sum_to_torchsummary": "torchsummary over full-size models",
+    "hub/test_pull_hostile_hub.py": "pulls against a hostile local Hub, slow bodies included",
+    "hub/test_fuzz_hostile_hub.py": "pulls against a local Hub that mutates its answers",
+    "hub/test_timm_load_hostile_hub.py": "hf-hub: loads against a hostile local Hub",
+    "hub/test_push_uploads_what_it_checked.py": "a push per request, with a file swapped at that request",
+    "hub/test_model_card_is_data.py": "pushes through the local Hub server",
+    "trust/test_naflex_probes.py": "NaFlex probes in memory-capped child processes",
+    "trust/test_fuzz_naflex.py": "NaFlex fuzz cases in a crash-isolated worker",
+    "trust/test_fuzz_model_card.py": "model-card fuzz cases in a crash-isolated worker",
+    "trust/test_config_cannot_redirect_weights.py": "every loading route, the CLI in processes",
+    "convert/test_checkpoint_gate.py": "crafted checkpoints through every reader",
+    "convert/test_transformers_config.py": "transformers configs checked and verified",
+    "convert/test_convert_writes_what_loads.py": "conversions in capped child processes",
+    "inspect/test_picture_gate.py": "picture bombs in capped child processes",
+    "packaging/test_gate_routes.py": "every route run under a profiler, push and pull included",
 }
 
 

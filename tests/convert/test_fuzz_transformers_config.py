@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from tests.support.fuzz_plan import PLAN
-from tests.support.fuzzing import CASES, LoaderProcess, check_outcome, fuzz_settings
+from tests.support.fuzzing import CASES, check_outcome, fuzz_settings, offline_loader
 from tests.support.sources import randomized
 
 pytestmark = pytest.mark.slow  # fuzz cases in crash-isolated child processes
@@ -75,18 +75,8 @@ PLAUSIBLE = st.sampled_from(
 
 @pytest.fixture(scope="module")
 def loader():
-    saved = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    process = LoaderProcess(timeout=TIMEOUT)
-    try:
-        assert process.run("limit_memory", "-", headroom=HEADROOM)["outcome"] == "ok"
+    with offline_loader(TIMEOUT, HEADROOM) as process:
         yield process
-    finally:
-        process.close()
-        if saved is None:
-            os.environ.pop("HF_HUB_OFFLINE")
-        else:
-            os.environ["HF_HUB_OFFLINE"] = saved
 
 
 def test_transformers_config_fields(loader, tmp_path):

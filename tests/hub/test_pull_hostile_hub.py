@@ -8,7 +8,6 @@ test takes a few seconds; no test asserts a wall-clock time (the limits are what
 
 import json
 import shutil
-import threading
 
 import pytest
 from huggingface_hub import close_session, constants
@@ -25,22 +24,6 @@ from timm_vitscratch.hub import transfer
 from timm_vitscratch.hub.failures import HubAnswerError
 
 QUICK = dict(deadline_s=60.0, stall_s=1.0)  # a stall is seen within a few seconds
-
-
-@pytest.fixture
-def inject(local_hub):
-    """Add faults to the session's Hub for this test only; bodies still being sent are stopped after it."""
-    added, stop = [], threading.Event()
-
-    def add(fault):
-        added.append(local_hub.inject(fault))
-        return fault
-
-    add.stop = stop
-    yield add
-    stop.set()
-    for fault in added:
-        local_hub.faults.remove(fault)
 
 
 @pytest.fixture

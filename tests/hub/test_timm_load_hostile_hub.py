@@ -9,7 +9,6 @@ small, so that each test takes a few seconds; no test asserts a wall-clock time.
 """
 
 import json
-import threading
 
 import pytest
 import timm
@@ -27,22 +26,6 @@ from timm_vitscratch.hub.failures import HubAnswerError
 from timm_vitscratch.models.variants import unregister_hub_weights
 
 TAG = "scratch_vit_ti16.hostile_hub"
-
-
-@pytest.fixture
-def inject(local_hub):
-    """Add faults to the session's Hub for this test only; bodies still being sent are stopped after it."""
-    added, stop = [], threading.Event()
-
-    def add(fault):
-        added.append(local_hub.inject(fault))
-        return fault
-
-    add.stop = stop
-    yield add
-    stop.set()
-    for fault in added:
-        local_hub.faults.remove(fault)
 
 
 @pytest.fixture

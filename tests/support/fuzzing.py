@@ -20,6 +20,8 @@ import sys
 import tempfile
 import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +188,21 @@ def check_outcome(result: dict[str, Any], names: str, damage: str) -> str:
         problem = result["message"].replace(names, "").strip(" :")
         assert len(problem) >= 8, f"{damage}: the message does not say what is wrong: {result['message']}"
     return outcome
+
+
+@contextmanager
+def offline_loader(timeout: float, headroom: int) -> Iterator[LoaderProcess]:
+    """A :class:`LoaderProcess` kept offline (``HF_HUB_OFFLINE=1`` while it runs) whose address space may grow by
+    at most ``headroom`` bytes over what it uses once started, ``timeout`` seconds a case."""
+    saved = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    process = LoaderProcess(timeout=timeout)
+    try:
+        assert process.run("limit_memory", "-", headroom=headroom)["outcome"] == "ok"
+        yield process
+    finally:
+        process.close()
+        if saved is None:
+            os.environ.pop("HF_HUB_OFFLINE")
+        else:
+            os.environ["HF_HUB_OFFLINE"] = saved

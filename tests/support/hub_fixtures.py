@@ -15,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,22 @@ def local_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
     """One local Hub for the session; writes need ``TOKEN``. Tests use repo names of their own."""
     with LocalHub(tmp_path_factory.mktemp("local-hub"), token=TOKEN) as hub:
         yield hub
+
+
+@pytest.fixture
+def inject(local_hub: LocalHub) -> Iterator[Any]:
+    """Add faults to the session's Hub for this test only; bodies still being sent are stopped after it."""
+    added, stop = [], threading.Event()
+
+    def add(fault):
+        added.append(local_hub.inject(fault))
+        return fault
+
+    add.stop = stop
+    yield add
+    stop.set()
+    for fault in added:
+        local_hub.faults.remove(fault)
 
 
 def use_hub(

@@ -12,7 +12,6 @@ HTML or link, and one line per detail. Counts come from ``tests/support/fuzz_pla
 from __future__ import annotations
 
 import json
-import os
 import re
 import warnings
 
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.support import tiny
 from tests.support.fuzz_plan import PLAN
-from tests.support.fuzzing import CASES, LoaderProcess, check_outcome, fuzz_settings
+from tests.support.fuzzing import CASES, check_outcome, fuzz_settings, offline_loader
 from tests.support.hub_fixtures import model_dir
 from timm_vitscratch.hub.model_card import LICENSES, card_license, card_metadata
 
@@ -77,18 +76,8 @@ CASE = st.tuples(
 
 @pytest.fixture(scope="module")
 def loader():
-    saved = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    process = LoaderProcess(timeout=TIMEOUT)
-    try:
-        assert process.run("limit_memory", "-", headroom=HEADROOM)["outcome"] == "ok"
+    with offline_loader(TIMEOUT, HEADROOM) as process:
         yield process
-    finally:
-        process.close()
-        if saved is None:
-            os.environ.pop("HF_HUB_OFFLINE")
-        else:
-            os.environ["HF_HUB_OFFLINE"] = saved
 
 
 def is_text(name, value) -> bool:

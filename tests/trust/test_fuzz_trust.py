@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from tests.support import TINY, tiny
 from tests.support.fuzz_plan import PLAN
-from tests.support.fuzzing import CASES, LoaderProcess, check_outcome, fuzz_settings
+from tests.support.fuzzing import CASES, check_outcome, fuzz_settings, offline_loader
 from tests.support.hub_fixtures import model_dir
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.models.model_args import OPTIONS
@@ -90,18 +90,8 @@ KEYS = st.sampled_from(list(OPTIONS) + list(CREATE_MODEL_KEYS)) | st.text(max_si
 
 @pytest.fixture(scope="module")
 def loader():
-    saved = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    process = LoaderProcess(timeout=TIMEOUT)
-    try:
-        assert process.run("limit_memory", "-", headroom=HEADROOM)["outcome"] == "ok"
+    with offline_loader(TIMEOUT, HEADROOM) as process:
         yield process
-    finally:
-        process.close()
-        if saved is None:
-            os.environ.pop("HF_HUB_OFFLINE")
-        else:
-            os.environ["HF_HUB_OFFLINE"] = saved
 
 
 def outcome_of(result, names, description, timm_route=False):

@@ -7,9 +7,6 @@ Probe r16's input, made here: ``--img-size 4096`` for a patch-8 checkpoint (262,
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,21 +14,11 @@ import torch
 
 import timm_vitscratch.models.model_args as model_args
 from tests.support import tiny
+from tests.support.bounded_child import bounded
 from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelDirectoryError
 from timm_vitscratch.model_dir import check_model_directory
-
-BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
-
-
-def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
-    """``snippet`` in a child whose address space may grow by ``cap_mb`` after ``setup``: outcome, time, memory."""
-    result = subprocess.run(
-        [sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture

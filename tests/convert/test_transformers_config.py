@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.support.bounded_child import bounded
 from tests.support.sources import randomized
 from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError
 
-BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
 CONFIG = dict(
     hidden_size=32,
     num_hidden_layers=2,
@@ -33,15 +31,6 @@ CONFIG = dict(
     patch_size=8,
     num_labels=3,
 )
-
-
-def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
-    """``snippet`` in a child whose address space may grow by ``cap_mb`` after ``setup``: outcome, time, memory."""
-    result = subprocess.run(
-        [sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ Pillow DecompressionBombWarning and nothing written, in a child process capped a
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import subprocess
@@ -19,21 +18,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.bounded_child import bounded
 from timm_vitscratch.cli import main
 from timm_vitscratch.gate.images import read_rgb_image
 from timm_vitscratch.inspect.attention_maps import MAX_IMAGE_PIXELS, read_picture
 from timm_vitscratch.models.model_args import MAX_IMG_SIDE
-
-BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
-
-
-def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
-    """``snippet`` in a child whose address space may grow by ``cap_mb`` after ``setup``: outcome, time, memory."""
-    result = subprocess.run(
-        [sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

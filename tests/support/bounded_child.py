@@ -38,5 +38,17 @@ def main() -> None:
     print(json.dumps(dict(outcome=outcome, type=kind, message=message, seconds=seconds, peak_growth_mb=grown)))
 
 
+def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
+    """``snippet`` in a child (this file) whose address space may grow by ``cap_mb`` after ``setup``: its JSON
+    line (outcome, error type and message, seconds, peak memory growth)."""
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, __file__, setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 if __name__ == "__main__":
     main()

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from tests.support import tiny
+from tests.support.bounded_child import bounded
 from tests.support.hub_fixtures import logits, model_dir, repo_for, upload_raw
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
@@ -37,7 +36,6 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
 from timm_vitscratch.models.variants import HUB_WEIGHTS
 
-BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
 REDIRECT = "pretrained_cfg: field 'hf_hub_filename' chooses what is loaded or run"
 X = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
 
@@ -188,14 +186,6 @@ def test_our_own_configs_pass(tmp_path):
     for name in ("scratch_vit_ti16", "scratch_deit_ti16_distilled", "scratch_vit_b16_in21k"):
         kwargs = {"representation_size": 32} if name.endswith("in21k") else {}
         check_model_directory(model_dir(tmp_path / name, tiny(name, **kwargs)))
-
-
-def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
-    result = subprocess.run(
-        [sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 STOCK = "names architecture 'vit_tiny_patch16_224', which timm_vitscratch does not register"

@@ -8,8 +8,6 @@ import functools
 import http.server
 import json
 import re
-import subprocess
-import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -22,13 +20,12 @@ import torchvision
 from safetensors.torch import save_file
 
 from tests.support import tiny
+from tests.support.bounded_child import bounded
 from tests.support.hub_fixtures import upload_raw
 from timm_vitscratch.cli import main
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory, save_model_directory
-
-BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
 
 
 def edit_config(directory: Path, **model_args) -> None:
@@ -92,14 +89,6 @@ def test_f1_config_model_args_never_reach_create_model(key, tmp_path, hub_env, l
     with pytest.raises((ModelArgsError, TypeError)):  # timm itself rejects some names before our code runs
         timm.create_model(f"local-dir:{src}", pretrained=True)
     assert not target.exists() and web_requests == [] and not (tmp_path / "x.pth").exists()
-
-
-def bounded(setup: str, snippet: str, cap_mb: int = 200) -> dict:
-    result = subprocess.run(
-        [sys.executable, str(BOUNDED), setup, snippet, str(cap_mb)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_f2_huge_depth_refused_at_once_in_bounded_memory(tmp_path):

@@ -5,6 +5,7 @@ import ast
 import inspect
 from pathlib import Path
 
+import pytest
 import timm.models
 import timm.models._hub
 import timm.models._input
@@ -86,3 +87,19 @@ def test_recorded_args_reach_timms_public_readers():
     args = timm.models.get_model_args(model)
     assert args["reg_tokens"] == 4 and tuple(args["img_size"]) == (112, 112)
     assert tuple(timm.models.get_model_input_config(model)["input_size"][1:]) == (112, 112)
+
+
+def test_timm_reads_configs_through_the_name_we_replace(tmp_path):
+    # timm's local-dir: / hf-hub: config reads call timm.models._hub.load_cfg_from_json by its module global;
+    # importing the package points it at the gate. If timm reads configs another way, this fails.
+    import timm_vitscratch  # noqa: F401
+
+    reader = timm.models._hub.load_cfg_from_json
+    assert reader.__module__.startswith("timm_vitscratch") and tuple(inspect.signature(reader).parameters) == ("path",)
+    source = inspect.getsource(timm.models._hub.load_model_config_from_path)
+    assert "load_cfg_from_json(" in source
+    source = inspect.getsource(timm.models._hub.load_model_config_from_hf)
+    assert "load_cfg_from_json(" in source
+    (tmp_path / "config.json").write_text("[" * 40 + "]" * 40)
+    with pytest.raises(ValueError, match="deeper than 32 levels"):
+        timm.models._hub.load_model_config_from_path(tmp_path)

@@ -26,6 +26,7 @@ from tests.support import TINY, tiny
 from tests.support.hub_fixtures import repo_for, upload_raw
 from tests.support.sources import timm_vit
 from timm_vitscratch.cli import main as cli_main
+from timm_vitscratch.hub.failures import HubAnswerError
 from timm_vitscratch.model_dir import model_config, write_config
 from timm_vitscratch.models.variants import ARCHITECTURES
 
@@ -198,5 +199,7 @@ def test_hf_hub_repo_of_pickled_weights_is_refused_and_never_pulled(hub_env, tmp
     assert "no model.safetensors" in capsys.readouterr().err
     assert list((tmp_path / "hf-home").rglob("pytorch_model.bin")) == []  # never even downloaded
     assert not (tmp_path / "out").exists()
-    with pytest.raises(RuntimeError, match="weights_only=True blocked loading"):
+    # hf-hub: fetches the weights through the pull's checks first: refused from the file list, nothing downloaded
+    with pytest.raises(HubAnswerError, match=r"file list has no model\.safetensors"):
         timm.create_model(f"hf-hub:{repo}", pretrained=True)
+    assert list((tmp_path / "hf-home").rglob("pytorch_model.bin")) == []

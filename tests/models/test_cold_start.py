@@ -17,6 +17,7 @@ from timm.layers import resample_abs_pos_embed
 from tests.support import TINY, tiny
 from timm_vitscratch import VisionTransformer
 from timm_vitscratch.model_dir import model_config, write_config
+from timm_vitscratch.models import pretrained
 from timm_vitscratch.models.layers import sincos_2d_pos_embed
 
 
@@ -182,7 +183,12 @@ def test_local_dir_and_hf_hub_names_load_fast(source, tmp_path, monkeypatch):
         assert repo_id == "someone/tiny"
         return str(directory / filename)
 
+    def fetch(repo_id, revision, cache_dir):  # the package's checked fetch, answered as if it had downloaded
+        assert (repo_id, revision) == ("someone/tiny", None)
+        return "0" * 40
+
     monkeypatch.setattr(timm_hub, "hf_hub_download", download)
+    monkeypatch.setattr(pretrained, "_hub_weights_fetcher", [fetch])
     hub = timm.create_model("hf-hub:someone/tiny", pretrained=True).eval()
     _no_meta(hub)
     assert hub.pretrained_cfg["hf_hub_id"] == "someone/tiny"

@@ -20,22 +20,14 @@ from safetensors.torch import save_file
 
 from tests.support.fuzz_plan import PLAN
 from tests.support.fuzzing import CASES, check_outcome, fuzz_settings, offline_loader
-from tests.support.sources import randomized
+from tests.support.sources import TINY_HF_VIT, randomized
 
 pytestmark = pytest.mark.slow  # fuzz cases in crash-isolated child processes
 
 HEADROOM = 1 << 30
 TIMEOUT = 120.0
 NAME = "transformers config.json fields (convert --verify)"
-CONFIG = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=64,
-    image_size=16,
-    patch_size=8,
-    num_labels=3,
-)
+CONFIG = TINY_HF_VIT
 FIELDS = [
     "num_hidden_layers",
     "hidden_size",

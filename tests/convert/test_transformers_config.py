@@ -17,20 +17,12 @@ import torch
 from safetensors.torch import save_file
 
 from tests.support.bounded_child import bounded
-from tests.support.sources import randomized
+from tests.support.sources import TINY_HF_VIT, randomized
 from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError
 
-CONFIG = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=64,
-    image_size=16,
-    patch_size=8,
-    num_labels=3,
-)
+CONFIG = TINY_HF_VIT
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,18 @@ NUM_CLASSES = 10
 TOL = 1e-4
 
 
+#: a small transformers ViT (hidden 32, 2 layers, 16 px at patch 8, 3 labels) for the transformers-route tests
+TINY_HF_VIT = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    image_size=16,
+    patch_size=8,
+    num_labels=3,
+)
+
+
 def randomized(build: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
     """``build()`` on the meta device, then every parameter drawn at random (LayerNorm scales near 1)."""
     with torch.device("meta"):

@@ -9,7 +9,6 @@ loads to the same commit. huggingface_hub's ``hf_hub_download`` fetches the file
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ from huggingface_hub import hf_hub_download
 
 from ..version import __version__
 from .files import ErrorType
+from .hub_answers import COMMIT_ID
 from .json_data import read_json_object
 
 CONFIG_NAME = "config.json"
-_COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 
 
 def read_hub_config(
@@ -43,7 +42,7 @@ def read_hub_config(
         )
     )
     commit = path.parent.name
-    if not _COMMIT_ID.match(commit) or path.parent.parent.name != "snapshots":
+    if not COMMIT_ID.fullmatch(commit) or path.parent.parent.name != "snapshots":
         raise error(
             f"{repo_id}@{revision or 'main'}: the Hub's answer put {CONFIG_NAME} at {str(path)[-160:]!r}, not in "
             "the cache's snapshot of a commit (a commit id is 40 hex characters)"

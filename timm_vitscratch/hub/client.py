@@ -47,7 +47,7 @@ from torch import nn
 from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..gate.files import MAX_TEXT_BYTES
-from ..gate.hub_answers import HubFile
+from ..gate.hub_answers import COMMIT_ID, HubFile, commit_id
 from ..gate.hub_config import read_hub_config
 from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
@@ -82,7 +82,7 @@ from .cache import (
     snapshot_dir,
 )
 from .failures import HubAnswerError
-from .listing import COMMIT_ID, LIBRARY_NAME, PULL_REQUIRED, README_NAME, damaged_files, listing
+from .listing import LIBRARY_NAME, PULL_REQUIRED, README_NAME, damaged_files, listing
 from .model_card import model_card
 from .transfer import Guard, TransferLimits, guarded
 
@@ -124,7 +124,7 @@ def push(
     left as it is. Weights holding NaN or Inf are pushed with a warning, or refused with ``strict=True``.
     Returns ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
     """
-    if revision is not None and COMMIT_ID.match(revision):
+    if revision is not None and COMMIT_ID.fullmatch(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
     if isinstance(labels, (str, os.PathLike)):  # a file or an image folder; a list or tuple holds the names
         try:  # before anything is built: a missing file is the first thing said
@@ -164,13 +164,9 @@ def push(
 
 
 def _commit_id(value: Any, repo_id: str, revision: str | None) -> str:
-    """A commit id the Hub answered, when it is one (40 hex characters)."""
-    if not isinstance(value, str) or not COMMIT_ID.match(value):
-        raise ModelDirectoryError(
-            f"{repo_id}@{revision or DEFAULT_REVISION}: the Hub answered the commit id {str(value)[:60]!r}; "
-            "expected 40 hex characters"
-        )
-    return value
+    """A commit id the Hub answered, when it is one (the gate's check)."""
+    where = f"{repo_id}@{revision or DEFAULT_REVISION}: the commit id the Hub answered"
+    return commit_id(value, where, ModelDirectoryError)
 
 
 #: what the Hub reports of a file: its sha256 (an LFS file's ``lfs.sha256``) or its git blob id (the others)

@@ -10,7 +10,6 @@ and, once downloaded, which files hold other bytes than the list's hashes say.
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,7 +18,7 @@ from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
 from ..files import sha256_file
 from ..gate.files import MAX_TEXT_BYTES
-from ..gate.hub_answers import MAX_ANSWER_BYTES, MAX_WEIGHTS_BYTES, HubFile, repo_files, revision_commit
+from ..gate.hub_answers import COMMIT_ID, MAX_ANSWER_BYTES, MAX_WEIGHTS_BYTES, HubFile, repo_files, revision_commit
 from ..model_dir import CONFIG_NAME, WEIGHTS_NAME
 from ..version import __version__
 from .failures import HubAnswerError
@@ -31,7 +30,6 @@ README_NAME = "README.md"
 #: the files of a model directory a pull takes from the Hub (name -> most bytes it may hold), and those it needs
 PULL_FILES = {CONFIG_NAME: MAX_ANSWER_BYTES, WEIGHTS_NAME: MAX_WEIGHTS_BYTES, README_NAME: MAX_TEXT_BYTES}
 PULL_REQUIRED = (CONFIG_NAME, WEIGHTS_NAME)
-COMMIT_ID = re.compile(r"^[0-9a-f]{40}$")
 
 
 def listing(repo_id: str, revision: str, token: str | None, label: str, guard: Guard) -> tuple[str, dict[str, HubFile]]:

@@ -211,7 +211,8 @@ def machine_info(args) -> dict[str, Any]:
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "load_average_start": load_average(),
-        "clock": args.clock,
+        # naflex.py times wall-clock only and has no --clock option
+        "clock": getattr(args, "clock", "wall"),
     }
     if args.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(args.device)

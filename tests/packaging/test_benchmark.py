@@ -132,3 +132,16 @@ def test_cpu_clock_needs_one_thread():
         timeout=120,
     )
     assert done.returncode == 2 and "use it with --device cpu --threads 1" in done.stderr
+
+
+def test_naflex_benchmark_runs_end_to_end(tmp_path):
+    """The packed-against-padded NaFlex benchmark writes its JSON and prints its table (no timing checks)."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "naflex.py"), "--variants", "ti16", "--repeats", "1"]
+    command += ["--min-time", "0", "--threads", "1", "--out", str(tmp_path), "--name", "smoke"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "smoke.json").read_text())
+    assert result["machine"]["clock"] == "wall" and result["records"]
+    assert {r["kind"] for r in result["records"]} == {"infer", "train"}
+    assert all(r["median"]["ours"] > 0 and r["median"]["timm"] > 0 for r in result["records"])
+    assert "ours/timm" in done.stdout

@@ -1,4 +1,4 @@
-"""Safe file writing: write to a staging name beside the target, fsync, then rename (see :mod:`.install`)."""
+"""Safe file writing: write to a staging name beside the target, fsync, then rename (see :mod:`.atomic_replace`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from .install import identity, install_file, staged_file
+from .atomic_replace import identity, install, staged
 
 PathLike = str | os.PathLike
 
@@ -21,7 +21,7 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
     On any exception (or a kill before the rename) the previous ``path`` is left untouched and the
     staging file is removed (a kill -9 leaves one ``.<name>.<pid>-<random>.tmp``, which the next write
     of ``path`` removes). If another process wrote ``path`` while this one wrote, the other's file is
-    kept and :class:`~timm_vitscratch.install.ConcurrentWriteError` is raised (unless it holds the same bytes).
+    kept and :class:`~timm_vitscratch.atomic_replace.ConcurrentWriteError` is raised (unless it holds the same bytes).
     The file gets the permissions a plain ``open(path, "w")`` gives (0o666 less the umask).
     """
     path = Path(path)
@@ -31,12 +31,12 @@ def atomic_write(path: PathLike, mode: str = "wb") -> Iterator[IO]:
     if not os.access(directory, os.W_OK):
         raise PermissionError(f"output directory {str(directory)!r} is not writable")
     started = identity(path)
-    with staged_file(path) as (fd, staged):
-        with os.fdopen(fd, mode) as handle:
+    with staged(path) as staging:
+        with open(staging, mode) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        install_file(staged, path, started)
+        install(staging, path, started)
 
 
 def sha256_file(path: PathLike, chunk_size: int = 1 << 20) -> str:

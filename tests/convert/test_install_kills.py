@@ -19,7 +19,7 @@ from tests.support import tiny
 from tests.support.child_writers import run_killed_at
 from tests.support.fuzzing import CASES
 from tests.support.hub_fixtures import model_dir, repo_for
-from timm_vitscratch import hub, install
+from timm_vitscratch import atomic_replace, hub
 from timm_vitscratch.convert import convert, export
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
@@ -66,7 +66,7 @@ def kill_at_every_step(name, out, reset, action, check, next_run, exchange=True)
             state = check()
             if state == "missing":  # between the two renames: the old model waits beside it, whole
                 assert not exchange
-                install.starting_point(out)
+                atomic_replace.starting_point(out)
                 assert check() == "old"
                 state = "missing, put back by recovery: old"
             next_run()

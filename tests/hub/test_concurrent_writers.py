@@ -45,9 +45,9 @@ class Writer:
                 os.close(self.report_read)
                 torch.set_num_threads(1)
                 module, name = {
-                    "convert": (converter, "install_directory"),
-                    "pull": (client, "install_directory"),
-                    "export": (files, "install_file"),
+                    "convert": (converter, "install"),
+                    "pull": (client, "install"),
+                    "export": (files, "install"),
                 }[kind]
                 install = getattr(module, name)
 

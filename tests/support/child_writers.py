@@ -2,7 +2,7 @@
 wraps the calls that change the file system and SIGKILLs itself at the k-th one: ``run_killed_at``).
 
 The steps counted are the calls that name a path inside the test's work directory: ``os.mkdir``,
-``os.replace``, ``os.rename``, ``os.link``, ``shutil.rmtree`` and ``install.rename_exchange`` (everything
+``os.replace``, ``os.rename``, ``os.link``, ``shutil.rmtree`` and ``atomic_replace.rename_exchange`` (everything
 a write does between them, such as the bytes of a file, lies inside a step's staging). At step ``k`` the
 child is killed ``before`` the call, or, for an ``rmtree``, ``midway`` (after one file of the tree is gone).
 A fork, not a fresh interpreter: the child has everything imported already.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from timm_vitscratch import install
+from timm_vitscratch import atomic_replace
 
 WRAPPED = (
     (os, "mkdir"),
@@ -28,7 +28,7 @@ WRAPPED = (
     (os, "rename"),
     (os, "link"),
     (shutil, "rmtree"),
-    (install, "rename_exchange"),
+    (atomic_replace, "rename_exchange"),
 )
 
 
@@ -128,7 +128,7 @@ def run_killed_at(
                 setattr(module, name, counted)
 
             if not exchange:
-                install.rename_exchange = lambda a, b: False
+                atomic_replace.rename_exchange = lambda a, b: False
             for module, name in WRAPPED:
                 if exchange or name != "rename_exchange":
                     wrap(module, name)

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from ..atomic_replace import ConcurrentWriteError, Identity, install, staged, starting_point
 from ..errors import ConversionError, VerificationError
 from ..files import PathLike
-from ..install import ConcurrentWriteError, Identity, install_directory, staged_directory, starting_point
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.reader import open_checkpoint
 from ..model_dir import (
@@ -104,7 +104,7 @@ def _holds_a_model_directory(directory: Path) -> bool:
 def prepare_out_dir(out_dir: Path, force: bool = False) -> tuple[Identity, list[Path]]:
     """Check that ``out_dir`` (a resolved path) can take a model directory and create its parents.
 
-    Returns where the install starts from (see ``install.starting_point``: a killed conversion's
+    Returns where the install starts from (see ``atomic_replace.starting_point``: a killed conversion's
     leftovers are removed first) and the parent directories created here, deepest first.
     """
     if os.path.lexists(out_dir) and not out_dir.is_dir():
@@ -182,7 +182,7 @@ def _write_and_install(
 ) -> tuple[str, Verification | None]:
     """Write (and verify) the new directory beside ``out_dir`` and swap it in; returns (sha256, verification)."""
     try:
-        with staged_directory(out_dir) as stage:
+        with staged(out_dir, directory=True) as stage:
             sha256 = _write(checkpoint, plan, stage, out_dtype)
             verification = None
             if verify:
@@ -191,7 +191,7 @@ def _write_and_install(
                     raise VerificationError(
                         f"verification failed: {verification.failure()}; nothing was written", checkpoint.path
                     )
-            install_directory(stage, out_dir, started, keep_other_files=True)
+            install(stage, out_dir, started, keep_other_files=True)
     except ConcurrentWriteError as err:
         raise ConversionError(str(err)) from None
     except OSError as err:  # disk full, directory removed under us, ...

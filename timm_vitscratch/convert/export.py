@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
+from ..atomic_replace import ConcurrentWriteError
 from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
-from ..install import ConcurrentWriteError
 from ..layouts.keymap import available
 from ..layouts.reader import open_checkpoint
 from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory

@@ -2,14 +2,12 @@
 
 The cache is huggingface_hub's, in the layout the Hub documents for every client that shares it
 (https://huggingface.co/docs/hub/local-cache): ``<cache>/models--<org>--<name>/snapshots/<commit>/<file>``,
-``refs/<branch>`` holding a branch's commit id, and a lock file ``<cache>/.locks/<repo folder>/<blob
-hash>.lock`` for each blob being downloaded. huggingface_hub takes filelock's ``FileLock`` on that file while
-it downloads; :func:`~timm_vitscratch.install.held` asks with filelock's ``lock_descriptor``, which filelock
-documents to contend with that lock. A pull downloads at a commit id, so it records the branch it asked
-for in ``refs/`` itself (:func:`record_revision`: what an offline pull or ``hf-hub:`` load reads). A commit
-id read back from the cache passes the gate like one from the Hub. Everything else goes through
-huggingface_hub's public cache API (``try_to_load_from_cache``, ``scan_cache_dir``,
-``HFCacheInfo.delete_files``).
+and ``refs/<branch>`` holding a branch's commit id. huggingface_hub locks it, downloads into it and keeps its
+partial downloads (a killed download's ``.incomplete`` file is never read as the file; ``hf cache prune``
+removes it). A pull downloads at a commit id, so it records the branch it asked for in ``refs/`` itself
+(:func:`record_revision`: what an offline pull or ``hf-hub:`` load reads). A commit id read back from the cache
+passes the gate like one from the Hub. Everything else goes through huggingface_hub's public cache API
+(``try_to_load_from_cache``, ``scan_cache_dir``, ``HFCacheInfo.delete_files``).
 """
 
 from __future__ import annotations
@@ -22,11 +20,9 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from huggingface_hub import constants, scan_cache_dir, try_to_load_from_cache
-from huggingface_hub.errors import CacheNotFound
 
 from ..gate.files import ErrorType
 from ..gate.hub_answers import commit_id
-from ..install import held
 
 #: a branch or tag name that is safe to use as a path under ``refs/`` (no ``..``, nothing absolute)
 _REF_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -90,44 +86,9 @@ def forget_tree_listing(repo_id: str, commit: str) -> None:
         (repo_folder(repo_id) / "trees" / f"{commit}.json").unlink()
 
 
-def cache_dir_of(snapshot: Path) -> Path:
-    """The cache that holds ``snapshot`` (``<cache>/<repo folder>/snapshots/<commit>``)."""
-    return snapshot.parents[2]
-
-
-def remove_abandoned_downloads(repo_id: str, cache_dir: Path) -> None:
-    """Delete the partial downloads of ``repo_id`` that a killed process left in the Hugging Face cache.
-
-    huggingface_hub lists them (``HFCacheInfo.incomplete_files``) but never resumes or removes another
-    process's partial file; one that no running download writes is removed here.
-    """
-    try:
-        cache = scan_cache_dir(cache_dir)
-    except CacheNotFound:
-        return
-    folders = [r.repo_path for r in cache.repos if r.repo_id == repo_id and r.repo_type == "model"]
-    for partial in cache.incomplete_files:
-        path = partial.file_path
-        if any(folder in path.parents for folder in folders) and not download_in_progress(path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-
-def download_in_progress(partial: Path) -> bool:
-    """Whether a running download writes ``partial`` (``<repo folder>/blobs/<blob hash>.<...>.incomplete``).
-
-    A lock file that is not there means the layout changed: the partial file is kept (never break a
-    running download). tests/hub/test_pull_interrupted_and_concurrent.py checks both answers against the
-    installed huggingface_hub.
-    """
-    repo_folder = partial.parent.parent
-    lock_path = repo_folder.parent / ".locks" / repo_folder.name / f"{partial.name.split('.')[0]}.lock"
-    return not lock_path.is_file() or held(lock_path)
-
-
 def forget(repo_id: str, snapshot: Path, names: Collection[str]) -> None:
     """Delete the files ``names`` of ``snapshot`` from the cache (the blob too, unless another file uses it)."""
-    cache = scan_cache_dir(cache_dir_of(snapshot))
+    cache = scan_cache_dir(snapshot.parents[2])  # <cache>/<repo folder>/snapshots/<commit>
     files = [
         file
         for repo in cache.repos

@@ -44,12 +44,12 @@ from huggingface_hub.utils import httpx, validate_repo_id
 from timm.models import split_model_name_tag
 from torch import nn
 
+from ..atomic_replace import install, staged, starting_point
 from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
 from ..gate.files import MAX_TEXT_BYTES
 from ..gate.hub_answers import COMMIT_ID, HubFile, commit_id
 from ..gate.hub_config import read_hub_config
-from ..install import install_directory, staged_directory, starting_point
 from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
@@ -73,12 +73,10 @@ from ..models.variants import (
 from ..models.vision_transformer import VisionTransformer
 from ..version import __version__
 from .cache import (
-    cache_dir_of,
     cached_snapshot,
     forget,
     forget_tree_listing,
     record_revision,
-    remove_abandoned_downloads,
     snapshot_dir,
 )
 from .failures import HubAnswerError
@@ -381,8 +379,8 @@ def pull(
     Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
     if they are damaged again the pull fails and the damaged copy is removed from the cache.
     Pulls into one ``out_dir`` may run at once: one installs; the others end quietly when it installed the
-    same files, and with an error otherwise. A pull cleans up what an earlier, killed pull into ``out_dir``
-    left behind, its partial download of the repo in the cache included.
+    same files, and with an error otherwise. A pull cleans up what an earlier, killed pull left beside
+    ``out_dir``; a killed download's partial file in the cache is huggingface_hub's (``hf cache prune``).
     """
     limits = TransferLimits.resolve(deadline_s, stall_s, stall_bytes)
     out_dir = Path(out_dir).resolve()  # "." has no name to stage beside, and no parent to stage in
@@ -397,13 +395,13 @@ def pull(
     label = f"{repo_id}@{revision or DEFAULT_REVISION}"
     snapshot = _download(repo_id, revision, token, label, limits)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with staged_directory(out_dir) as staging:
+    with staged(out_dir, directory=True) as staging:
         for name in REPO_FILES:
             if (snapshot / name).is_file():
                 with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
         check_model_directory(staging, require_sha256=True, label=label, strict=strict)
-        install_directory(staging, out_dir, started, only_into_empty=not force)
+        install(staging, out_dir, started, only_into_empty=not force)
     return out_dir
 
 
@@ -434,7 +432,6 @@ def _download(
             return _cached(repo_id, revision, label, error)
         snapshot = _fetch(repo_id, commit, files, token, guard)
         record_revision(repo_id, revision, commit)
-        remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
         if _weights_as_recorded(snapshot):
             return snapshot
         damaged = damaged_files(snapshot, files)
@@ -478,7 +475,6 @@ def _cached(repo_id: str, revision: str, label: str, error: Exception) -> Path:
     """The cached snapshot to use when the Hub cannot be asked, or the error that says why there is none."""
     snapshot = cached_snapshot(repo_id, revision, PULL_REQUIRED, HubAnswerError)
     if snapshot is not None:
-        remove_abandoned_downloads(repo_id, cache_dir_of(snapshot))
         return snapshot
     if isinstance(error, (RepositoryNotFoundError, GatedRepoError)) or (
         isinstance(error, HfHubHTTPError) and error.response is not None and error.response.status_code == 401

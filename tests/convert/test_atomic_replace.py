@@ -1,5 +1,5 @@
-"""The install machinery (timm_vitscratch/install.py): staging names, recovery that touches only its own
-target's staging and only what no living process holds, and writers that notice each other."""
+"""Replacing an output in one step (timm_vitscratch/atomic_replace.py): staging names, recovery that touches only
+its own target's staging and only what no living process holds, and writers that notice each other."""
 
 import os
 import re
@@ -9,34 +9,14 @@ import time
 import pytest
 
 from tests.support.child_writers import run_in_child
-from timm_vitscratch import install
+from timm_vitscratch import atomic_replace
+from timm_vitscratch.atomic_replace import ConcurrentWriteError, identity, install, staged, staging_name, starting_point
 from timm_vitscratch.files import atomic_write
-from timm_vitscratch.install import (
-    ConcurrentWriteError,
-    identity,
-    install_directory,
-    staged_directory,
-    staged_file,
-    staging_name,
-    staging_pattern,
-    starting_point,
-)
 
 
-def test_staging_names_are_per_process_and_match_only_their_own_target(tmp_path):
-    a, ab = tmp_path / "a", tmp_path / "a.b"
-    names = {staging_name(a, "tmp").name for _ in range(50)}
-    assert len(names) == 50 and all(n.startswith(f".a.{os.getpid()}-") for n in names)
-    pattern = staging_pattern(a)
-    assert all(pattern.fullmatch(n) for n in names)
-    for sibling in (
-        staging_name(ab, "tmp"),
-        staging_name(ab, "old"),
-        tmp_path / ".a.b.x1y2.old",
-        staging_name(tmp_path / "a.1-deadbeef.tmp", "tmp"),
-        tmp_path / ".a.tmp",
-    ):
-        assert not pattern.fullmatch(sibling.name), sibling.name
+def test_staging_names_are_per_process_and_new_each_time(tmp_path):
+    names = {staging_name(tmp_path / "a").name for _ in range(50)}
+    assert len(names) == 50 and all(n.startswith(f".a.{os.getpid()}-") and n.endswith(".tmp") for n in names)
 
 
 def test_recovering_one_target_leaves_a_siblings_set_aside_model_alone(tmp_path):
@@ -45,6 +25,8 @@ def test_recovering_one_target_leaves_a_siblings_set_aside_model_alone(tmp_path)
         tmp_path / ".a.b.x1y2.old",
         staging_name(tmp_path / "a.b", "old"),
         staging_name(tmp_path / "a.b", "tmp"),
+        staging_name(tmp_path / "a.1-deadbeef.tmp", "tmp"),
+        tmp_path / ".a.tmp",
     ]
     for path in siblings:
         path.mkdir()
@@ -78,9 +60,7 @@ def hold_in_child(target, kind):
     if pid == 0:
         try:
             os.close(read_end)
-            context = staged_directory(target) if kind == "directory" else staged_file(target)
-            with context as staged:
-                path = staged if kind == "directory" else staged[1]
+            with staged(target, directory=kind == "directory") as path:
                 os.write(write_end, str(path).encode())
                 time.sleep(120)
         finally:
@@ -97,7 +77,7 @@ def test_recovery_never_removes_a_living_writers_staging_and_removes_it_once_the
     pid, path = hold_in_child(target, kind)
     try:
         starting_point(target)
-        with staged_directory(target) if kind == "directory" else staged_file(target):
+        with staged(target, directory=kind == "directory"):
             pass  # another writer of the same target starts and ends
         assert os.path.exists(path), "a living writer's staging was removed"
     finally:
@@ -132,17 +112,17 @@ def test_install_directory_keeps_the_other_writers_result_and_the_users_files(tm
     (target / "notes" / "a.txt").write_text("mine")
     os.symlink("notes/a.txt", target / "link")
     started = starting_point(target)
-    with staged_directory(target) as stage:
+    with staged(target, directory=True) as stage:
         (stage / "config.json").write_text("new")
-        assert install_directory(stage, target, started, keep_other_files=True)
+        assert install(stage, target, started, keep_other_files=True)
     assert (target / "config.json").read_text() == "new" and (target / "notes" / "a.txt").read_text() == "mine"
     assert os.readlink(target / "link") == "notes/a.txt" and os.listdir(tmp_path) == ["out"]
-    with staged_directory(target) as stage:  # started before the install above: it lost the race
+    with staged(target, directory=True) as stage:  # started before the install above: it lost the race
         (stage / "config.json").write_text("third")
         with pytest.raises(ConcurrentWriteError, match="written by another process"):
-            install_directory(stage, target, started)
+            install(stage, target, started)
         (stage / "config.json").write_text("new")
-        assert not install_directory(stage, target, started)  # the other installed the same: nothing to do
+        assert not install(stage, target, started)  # the other installed the same: nothing to do
     assert (target / "config.json").read_text() == "new" and os.listdir(tmp_path) == ["out"]
 
 
@@ -152,7 +132,7 @@ def test_the_exchange_is_one_atomic_step_here(tmp_path):
     a.mkdir()
     b.mkdir()
     ids = identity(a), identity(b)
-    assert install.rename_exchange(a, b)
+    assert atomic_replace.rename_exchange(a, b)
     assert (identity(b), identity(a)) == ids
 
 
@@ -173,10 +153,10 @@ def test_outputs_get_the_modes_the_umask_gives_and_the_umask_is_never_changed(um
             handle.write(b"x")
         target = tmp_path / "dir"
         started = starting_point(target)
-        with staged_directory(target) as stage:
+        with staged(target, directory=True) as stage:
             with atomic_write(stage / "config.json", "w") as handle:
                 handle.write("{}")
-            install_directory(stage, target, started)
+            install(stage, target, started)
         modes = [os.stat(p).st_mode & 0o777 for p in (tmp_path / "file.bin", target, target / "config.json")]
         return " ".join(f"{m:o}" for m in modes)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from huggingface_hub import HfApi, is_offline_mode
+from huggingface_hub import constants, is_offline_mode
 from huggingface_hub.constants import DEFAULT_REVISION
 from huggingface_hub.errors import (
     HfHubHTTPError,
@@ -31,7 +31,7 @@ _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError
 
 def describe_hub_error(error: BaseException, repo_id: str, revision: str | None = None) -> str:
     """One clear sentence for a failed push/pull: what went wrong, and what to check."""
-    where = HfApi().endpoint
+    where = constants.ENDPOINT  # the Hub every HfApi here talks to (hub_api gives none another endpoint)
     at = f"{repo_id}@{revision or DEFAULT_REVISION}"
     if _asked_for_xet(error):
         return (

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import timm
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from timm.models import load_checkpoint
 
 from tests.support.sources import google_npz, hf_config, hf_legacy_state_dict, randomized, timm_vit
-from timm_vitscratch import ARCHITECTURES, VisionTransformer
+from timm_vitscratch import ARCHITECTURES, VisionTransformer, checkpoint_filter_fn
 from timm_vitscratch.errors import ConversionError
 
 # a 2-block ViT-Ti at 64 px: every source library builds the same architecture
@@ -176,6 +176,28 @@ def test_load_checkpoint_route(laid_out, kind, tmp_path):
     # train.py's own call: checkpoint_path= in create_model
     model = timm.create_model("scratch_vit_ti16", num_classes=10, checkpoint_path=str(files[kind]), **SMALL)
     assert_body_equal(model, ours)
+
+
+@pytest.mark.parametrize("kind", ["torchvision", "transformers-legacy", "transformers-v5"])
+def test_checkpoint_filter_fn_is_the_named_path_and_load_state_dict_says_when_it_remaps(laid_out, kind, caplog):
+    """docs/conversion.md: ``model.load_state_dict(checkpoint_filter_fn(sd, model))`` loads a foreign state dict
+    in the model's own names; handed the foreign state dict itself, load_state_dict's pre-hook remaps it and
+    logs that it did (timm's load_checkpoint route)."""
+    ours, files, _ = laid_out
+    path = files[kind]
+    foreign = torch.load(path, weights_only=True) if path.suffix == ".pth" else load_file(str(path))
+    model = timm.create_model("scratch_vit_ti16", num_classes=10, **SMALL)
+    with caplog.at_level(logging.INFO, logger="timm_vitscratch.models.checkpoint_filter"):
+        state_dict = checkpoint_filter_fn(foreign, model)
+        assert set(state_dict) == set(model.state_dict())
+        model.load_state_dict(state_dict, strict=True)
+        assert not [r for r in caplog.records if "remapped" in r.getMessage()]  # already the model's names
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in ours.items())
+        timm.create_model("scratch_vit_ti16", num_classes=10, **SMALL).load_state_dict(foreign)
+    said = [r.getMessage() for r in caplog.records if "remapped" in r.getMessage()]
+    assert said == [
+        f"load_state_dict: a {kind.split('-')[0]} state dict, remapped to the model's names by checkpoint_filter_fn"
+    ]
 
 
 def test_jax_npz_routes(laid_out):

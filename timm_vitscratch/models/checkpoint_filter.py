@@ -1,11 +1,16 @@
-"""One loader for every route a checkpoint takes into a model.
+"""One loader for every route a checkpoint takes into a model: foreign layouts remapped to the model's names.
 
-``checkpoint_filter_fn`` is what timm's ``load_pretrained`` calls (``pretrained=True``, a
-``pretrained_cfg_overlay`` file or state dict, train.py's ``--pretrained-path``, ``local-dir:``,
-``hf-hub:``); :func:`remap_on_load` is a ``load_state_dict`` pre-hook for the routes that call
-``model.load_state_dict`` directly (timm's ``load_checkpoint``, train.py's ``--initial-checkpoint``);
-:func:`load_pretrained` reads a JAX ``.npz``. All three recognise every format ``vitscratch convert``
-reads and remap it with the key maps of :mod:`timm_vitscratch.layouts`, the ones ``convert`` uses.
+:func:`checkpoint_filter_fn` is the named path: ``model.load_state_dict(checkpoint_filter_fn(state_dict, model))``
+loads a timm, torchvision, Hugging Face transformers or JAX state dict (every format ``vitscratch convert`` reads,
+remapped with the key maps of :mod:`timm_vitscratch.layouts`, the ones ``convert`` uses). timm's ``load_pretrained``
+calls it too (``pretrained=True``, a ``pretrained_cfg_overlay`` file or state dict, train.py's ``--pretrained-path``,
+``local-dir:``, ``hf-hub:``); :func:`load_pretrained` reads a JAX ``.npz`` with it.
+
+One route cannot be given a filter: timm's ``load_checkpoint(model, file)`` (train.py's ``--initial-checkpoint``,
+``create_model(checkpoint_path=...)``) hands the file's state dict straight to ``model.load_state_dict``. For
+it, ``VisionTransformer.__init__`` registers :func:`remap_on_load` as a ``load_state_dict`` pre-hook, which runs
+:func:`checkpoint_filter_fn` on a foreign state dict (and logs that it did); a state dict in the model's own
+names passes untouched.
 
 After a load every tensor of the body comes from the checkpoint. Only a classifier (and a
 representation layer) the checkpoint does not have, or has at another size, is freshly initialised,
@@ -71,8 +76,13 @@ def _resample_patch_kernel(weight: torch.Tensor, size: torch.Size) -> torch.Tens
     return resample_patch_embed(weight, list(size), interpolation="bicubic", antialias=True, verbose=False)
 
 
-def remap_state_dict(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
-    """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present."""
+def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
+    """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present.
+
+    timm's filter convention (``pretrained_filter_fn``), and what code holding a foreign state dict calls:
+    ``model.load_state_dict(checkpoint_filter_fn(torch.load(path, weights_only=True), model))``. A position table
+    of another grid is resampled, a patch kernel of another size too; a classifier of another size is new.
+    """
     own = {k: v for k, v in model.state_dict().items()}
     checkpoint = StateDictCheckpoint(state_dict)
     keys = set(checkpoint.keys())
@@ -179,11 +189,6 @@ def check_floating(state_dict: Mapping[str, Any], label: str = "checkpoint") -> 
         )
 
 
-def checkpoint_filter_fn(state_dict: dict[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
-    """timm's pretrained filter: any format ``convert`` reads -> ``model``'s state dict (see the module doc)."""
-    return remap_state_dict(state_dict, model)
-
-
 def remap_on_load(
     module: nn.Module,
     state_dict: dict[str, Any],
@@ -194,7 +199,9 @@ def remap_on_load(
     unexpected_keys: list[str],
     error_msgs: list[str],
 ) -> None:
-    """``load_state_dict`` pre-hook: a foreign state dict is remapped in place before the model reads it.
+    """``load_state_dict`` pre-hook (registered by ``VisionTransformer.__init__``) for timm's ``load_checkpoint``,
+    which calls ``model.load_state_dict`` with no filter: a foreign state dict is remapped in place by
+    :func:`checkpoint_filter_fn` before the model reads it, and an INFO line says so.
 
     A state dict in the model's own names passes untouched (the usual case costs one set comparison);
     torch reports its missing or unexpected keys as ``strict`` asks (torch does not tell the hook).
@@ -204,9 +211,11 @@ def remap_on_load(
     check_floating({k: v for k, v in mine.items() if k in own})
     if set(mine) <= own or not mine:
         return
-    if _detect(StateDictCheckpoint(mine), own).name == "timm":
+    layout = _detect(StateDictCheckpoint(mine), own).name
+    if layout == "timm":
         return  # our own names (with extras or gaps): torch reports them as ``strict`` asks
-    remapped = remap_state_dict(mine, module)
+    remapped = checkpoint_filter_fn(mine, module)
+    _logger.info("load_state_dict: a %s state dict, remapped to the model's names by checkpoint_filter_fn", layout)
     for key in [k for k in state_dict if k.startswith(prefix)]:
         del state_dict[key]
     state_dict.update({prefix + k: v for k, v in remapped.items()})
@@ -216,4 +225,4 @@ def load_pretrained(model: nn.Module, checkpoint_path: os.PathLike[str] | str, p
     """timm's ``model.load_pretrained`` hook: load a JAX ``.npz`` (or any file ``convert`` reads)."""
     with open_checkpoint(checkpoint_path) as checkpoint:
         state_dict = {k: checkpoint.tensor(k).clone() for k in checkpoint.keys()}
-    model.load_state_dict(remap_state_dict(state_dict, model), strict=True)
+    model.load_state_dict(checkpoint_filter_fn(state_dict, model), strict=True)

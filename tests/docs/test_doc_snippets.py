@@ -182,6 +182,7 @@ RUN: dict[str, StandIn] = {
     "docs/inspection.md: from timm_vitscratch.inspect.attention_maps import attention_maps, load_image, load_model": (
         StandIn()
     ),
+    "docs/inspection.md: import timm": StandIn(),
     # docs/models.md: the export blocks on a one-block model (what they show does not depend on depth)
     "docs/models.md: import timm, timm_vitscratch": StandIn(),
     'docs/models.md: model = timm.create_model("scratch_vit_b16", pre_norm=True, act_layer="quick_gelu", '
@@ -300,3 +301,14 @@ def test_a_failing_snippet_is_reported_with_its_error(tmp_path):
     assert "ValueError: stale docs" in a["error"]
     assert "exit 2: vitscratch: error:" in b["error"] and "scratch_vit_b17" in b["error"]
     assert c == {"key": "c", "error": None}
+
+
+def test_pages_that_run_the_examples_say_where_they_run_from():
+    """``python -m examples.…`` and ``torchrun -m examples.…`` work only from the repository root (``examples/``
+    is not installed): every section that shows one says so."""
+    from tests.docs.test_cli_docs import sections
+
+    showing = [(where, text) for where, text in sections() if "-m examples." in text]
+    assert showing
+    silent = [where for where, text in showing if "repository root" not in text]
+    assert not silent, f"sections that run an example without saying it runs from the repository root: {silent}"

@@ -105,7 +105,14 @@ def _hub_failure(error: BaseException, repo_id: str, revision: str | None) -> in
 
     if not is_hub_failure(error):
         raise error
-    print(f"{PROG}: error: {describe_hub_error(error, repo_id, revision)}", file=sys.stderr)
+    return _error(describe_hub_error(error, repo_id, revision))
+
+
+def _error(message: str) -> int:
+    """The one error line, in the CLI's words (``--force`` where the library says ``force=True``); exit 2."""
+    from timm_vitscratch.errors import in_cli_words
+
+    print(f"{PROG}: error: {in_cli_words(message)}", file=sys.stderr)
     return 2
 
 
@@ -407,10 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _quiet_closed_pipe()
     except (ValueError, OSError) as err:
-        from timm_vitscratch.errors import in_cli_words
-
-        print(f"{PROG}: error: {in_cli_words(str(err))}", file=sys.stderr)
-        return 2
+        return _error(str(err))
 
 
 if __name__ == "__main__":

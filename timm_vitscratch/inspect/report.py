@@ -192,7 +192,7 @@ def built_from(model: nn.Module) -> tuple[str, dict[str, Any]]:
     name = getattr(model, "pretrained_cfg", {}).get("architecture")
     recorded = {k: v for k, v in get_model_args(model).items() if k not in ("pretrained_cfg_overlay", "cache_dir")}
     rebuilt = build_on_meta(name, **recorded) if isinstance(name, str) else None
-    if rebuilt is None or describe_model(rebuilt) != describe_model(model):
+    if not isinstance(name, str) or rebuilt is None or describe_model(rebuilt) != describe_model(model):
         raise ValueError(
             f"cannot tell which architecture this {type(model).__name__} was built as (architecture {name!r}, "
             f"recorded arguments {recorded}): pass the name it was built from, e.g. build_report('scratch_vit_b16')"

@@ -12,6 +12,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo check test test-fast clean
 
 $(STAMP): pyproject.toml constraints.txt
+	@echo "installing the package and its pinned working set (constraints.txt) into $(VENV)/: first use only, a few minutes (torch is the large download)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,examples]'
 	touch $(STAMP)

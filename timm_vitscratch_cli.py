@@ -14,6 +14,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import NoReturn
 
 PROG = "vitscratch"
 #: choices shown by --help, spelled out here so that --help imports no torch; tests/packaging/test_cli.py
@@ -104,7 +105,14 @@ def _hub_failure(error: BaseException, repo_id: str, revision: str | None) -> in
 
     if not is_hub_failure(error):
         raise error
-    print(f"{PROG}: error: {describe_hub_error(error, repo_id, revision)}", file=sys.stderr)
+    return _error(describe_hub_error(error, repo_id, revision))
+
+
+def _error(message: str) -> int:
+    """The one error line, in the CLI's words (``--force`` where the library says ``force=True``); exit 2."""
+    from timm_vitscratch.errors import in_cli_words
+
+    print(f"{PROG}: error: {in_cli_words(message)}", file=sys.stderr)
     return 2
 
 
@@ -166,10 +174,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     for note in result.assumption_notes:
         print(note)
     if result.resampled_from:
-        print(
-            f"position embedding resampled from {result.resampled_from[0]}x{result.resampled_from[1]} "
-            f"to img_size {result.model_args['img_size']}"
-        )
+        height, width = result.resampled_from
+        print(f"position embedding resampled from the checkpoint's {height}x{width}")
     print(f"wrote {result.out_dir}/model.safetensors (sha256 {result.sha256}) and {result.out_dir}/config.json")
     if result.verification is not None:
         print(f"verify: {result.verification.summary()}")
@@ -187,6 +193,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 # --- the parser: standard library only -----------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; a command with a ``required_hint`` adds it to argparse's "arguments are required"
+    complaint (``vitscratch attention MODEL IMAGE``, the order a user guesses, is told the right one)."""
+
+    required_hint: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        if self.required_hint and message.startswith("the following arguments are required"):
+            message = f"{message} ({self.required_hint})"
+        super().error(message)
+
+
 def _positive_int(what: str):
     def parse(value: str) -> int:
         try:
@@ -211,7 +229,7 @@ def command_parsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(prog=PROG, description="From-scratch ViTs for timm.")
+    parser = _Parser(prog=PROG, description="From-scratch ViTs for timm.")
     parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -243,6 +261,11 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     p_attention.add_argument("--out", default=None, help="PNG to write (default: IMAGE_STEM.attention.png here)")
     p_attention.add_argument("--img-size", type=int, default=None, help="image side in pixels (default: the model's)")
     p_attention.set_defaults(func=_cmd_attention)
+    assert isinstance(p_attention, _Parser)  # subparsers are built by the parent's class
+    p_attention.required_hint = (
+        "the image comes first and the model after --model: vitscratch attention IMAGE --model MODEL, "
+        "e.g. vitscratch attention photo.jpg --model scratch_vit_b16"
+    )
 
     p_push = commands.add_parser("push", help="push a model directory (or a registered model) to the Hub")
     p_push.add_argument(
@@ -391,8 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _quiet_closed_pipe()
     except (ValueError, OSError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+        return _error(str(err))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@
 4. Load it once more with ``num_classes=5`` (a new head) and fine-tune it on digits 5-9, next to
    the same model trained from scratch for the same number of steps.
 
-Run it with ``make demo`` or ``python -m examples.digits`` from the repository root (``--fast`` for a
-few-second smoke run).
+Run it with ``make demo`` or ``python -m examples.digits`` from the repository root (``examples`` is a
+package of the repository, not of the installed wheel; ``--fast`` for a few-second smoke run). Without
+``--out`` the model directories go to a temporary folder that is removed at the end.
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ def round_trip_through_hub(
     recipe: Recipe,
     seed: int,
     log: Callable[[str], None],
+    shown: Callable[[Path], str] = str,
 ) -> tuple[nn.Module, Row, HubRoundTrip]:
     """Push ``model_dir`` to a local Hub, pull it, reload it with ``hf-hub:``; returns that model with a new head.
 
@@ -197,9 +199,12 @@ def round_trip_through_hub(
             f"HF_ENDPOINT={server.url} HF_HUB_DISABLE_XET=1 HF_HOME=<temporary>"
         )
         commit = hub.push(model_dir, REPO_ID).oid
-        log(f"pushed {model_dir} to {REPO_ID}@main, commit {commit[:12]} (what `vitscratch push DIR {REPO_ID}` does)")
+        log(
+            f"pushed {shown(model_dir)} to {REPO_ID}@main, commit {commit[:12]} "
+            f"(what `vitscratch push DIR {REPO_ID}` does)"
+        )
         pulled = hub.pull(REPO_ID, out_dir / "digits04-pulled", force=True)
-        log(f"pulled {REPO_ID} into {pulled}, sha256 verified (what `vitscratch pull {REPO_ID} DIR` does)")
+        log(f"pulled {REPO_ID} into {shown(pulled)}, sha256 verified (what `vitscratch pull {REPO_ID} DIR` does)")
         reloaded = timm.create_model(name, pretrained=True).eval()
         with torch.inference_mode():
             max_abs_diff = (reloaded(split.val_images) - model.eval()(split.val_images)).abs().max().item()
@@ -225,9 +230,17 @@ def _steps_per_epoch(split: Split, batch_size: int) -> int:
 
 
 def run(
-    recipe: Recipe, out_dir: Path, progress: bool = True, seed: int = 0, log: Callable[[str], None] = print
+    recipe: Recipe,
+    out_dir: Path,
+    progress: bool = True,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+    shown: Callable[[Path], str] = str,
 ) -> ExampleResult:
-    """The whole example; returns the rows of the accuracy table and what the Hub step did."""
+    """The whole example; returns the rows of the accuracy table and what the Hub step did.
+
+    ``shown`` names a directory under ``out_dir`` in what is logged (a temporary ``out_dir`` is said to be one).
+    """
     rows = []
     full = load_split(ALL_DIGITS, seed=seed)
     steps = recipe.epochs * _steps_per_epoch(full, recipe.batch_size)
@@ -246,8 +259,8 @@ def run(
     model_dir = save_model_directory(
         model, out_dir / "digits04", source=dict(example="digits", digits=list(PRETRAIN_DIGITS))
     )
-    log(f"saved {model_dir} (model.safetensors + config.json)")
-    pretrained, hub_row, round_trip = round_trip_through_hub(model, model_dir, first, out_dir, recipe, seed, log)
+    log(f"saved {shown(model_dir)}: model.safetensors + config.json")
+    pretrained, hub_row, round_trip = round_trip_through_hub(model, model_dir, first, out_dir, recipe, seed, log, shown)
     rows.append(hub_row)
 
     steps = recipe.finetune_steps
@@ -302,7 +315,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default 1: these small matrices gain little from more)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (there are none when stderr is not a terminal)"
+    )
+
+
+def temporary_name(path: Path) -> str:
+    """A directory in the temporary folder, named as what it is: gone once the example ends."""
+    return f"{path.name}/ in a temporary folder (removed at the end; --out DIR keeps it)"
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -311,9 +331,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     recipe = FAST if args.fast else FULL
     start = time.perf_counter()
+    # bars only where a person watches them redrawn: into a file or a pipe they are lines of carriage returns
+    progress = not args.no_progress and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="vitscratch-digits-") as tmp:
         out_dir = args.out if args.out is not None else Path(tmp)
-        result = run(recipe, out_dir, progress=not args.no_progress, seed=args.seed)
+        shown = str if args.out is not None else temporary_name
+        result = run(recipe, out_dir, progress=progress, seed=args.seed, shown=shown)
     print()
     print(format_table(result.rows))
     trip = result.hub

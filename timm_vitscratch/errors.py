@@ -1,4 +1,4 @@
-"""The project's exception types, and the one way their messages list many things."""
+"""The project's exception types, the one way their messages list many things, and their CLI wording."""
 
 from __future__ import annotations
 
@@ -58,6 +58,18 @@ class NaFlexBatchError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"NaFlex batch {field!r}: {problem}")
+
+
+#: how a message tells a Python caller what to pass -> how the CLI says the same (``in_cli_words``)
+CLI_WORDS = {"force=True": "--force"}
+
+
+def in_cli_words(message: str) -> str:
+    """``message`` as the CLI tells it: the package's errors name keyword arguments (``pass force=True``),
+    which on the command line are options (``pass --force``)."""
+    for python, cli in CLI_WORDS.items():
+        message = message.replace(python, cli)
+    return message
 
 
 def listed(items: Iterable[object], limit: int = 5, sep: str = ", ", quote: bool = True) -> str:

@@ -120,7 +120,7 @@ def test_pull_into_dot_names_the_directory_and_installs_there(hub_env, tmp_path,
     capsys.readouterr()
     assert cli_main(["pull", repo, "."]) == 2
     assert capsys.readouterr().err == (
-        f"vitscratch: error: {here} is not empty; pull into a new directory or pass force=True (--force)\n"
+        f"vitscratch: error: {here} is not empty; pull into a new directory or pass --force\n"
     )
     assert cli_main(["pull", repo, ".", "--force"]) == 0
     hub.check_model_directory(here)

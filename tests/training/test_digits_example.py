@@ -84,3 +84,13 @@ def test_example_main(tmp_path, capsys):
     assert digits_main(["--fast", "--no-progress", "--out", str(tmp_path)]) == 0
     assert "pretrained on 0-4 (hf-hub:), new head" in capsys.readouterr().out
     assert (tmp_path / "digits04" / "model.safetensors").is_file()
+
+
+def test_without_out_it_names_the_temporary_folder_as_such_and_draws_no_bars_off_a_terminal(capsys):
+    """Run as ``make demo > log`` runs it: stderr is not a terminal, so no progress bars; and a model directory
+    in the temporary folder (removed at the end) is not reported as saved at a path that is gone."""
+    assert digits.main(["--fast"]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "it/s" not in captured.err
+    assert "saved digits04/ in a temporary folder (removed at the end; --out DIR keeps it)" in captured.out
+    assert "vitscratch-digits-" not in captured.out  # the temporary path itself is never shown

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ class ConversionResult:
     detected: bool  # True when the format was recognised from the keys (``source="auto"``)
     model_name: str
     model_args: dict[str, Any]
-    description: str  # the architecture read from the shapes
+    description: str  # the architecture written: the one read from the shapes, at the img_size resolved
     sha256: str
     wrapper: str | None = None  # e.g. "state_dict_ema" when unwrapped from a training checkpoint
     resampled_from: tuple[int, int] | None = None
@@ -131,10 +131,17 @@ def prepare_out_dir(out_dir: Path, force: bool = False) -> tuple[Identity, list[
         raise ConversionError(
             f"not empty, and not a model directory ({CONFIG_NAME} of a registered architecture "
             f"with a '{METADATA_KEY}' entry); convert into a new or empty directory, or pass "
-            f"force=True (--force) to replace its {CONFIG_NAME} and {WEIGHTS_NAME}",
+            f"force=True to replace its {CONFIG_NAME} and {WEIGHTS_NAME}",
             out_dir,
         )
     return started, created
+
+
+def _written_architecture(plan: ConversionPlan) -> str:
+    """The written model's architecture in words: the source's, at the resolved ``img_size`` (the size is said
+    once, the size it was resampled to; ``resampled_from`` keeps the source's)."""
+    patch = plan.arch.patch_size
+    return replace(plan.arch, grid=(plan.img_size[0] // patch, plan.img_size[1] // patch)).describe()
 
 
 def remove_empty(directories: list[Path]) -> None:
@@ -279,7 +286,7 @@ def convert(
         detected=detected,
         model_name=plan.model_name,
         model_args=plan.model_args,
-        description=plan.arch.describe(),
+        description=_written_architecture(plan),
         sha256=sha256,
         wrapper=checkpoint.wrapper,
         resampled_from=plan.arch.img_size if plan.resampled else None,

@@ -391,7 +391,7 @@ def pull(
     # a concurrent writer (same files: nothing to do), not as the state this pull started from.
     started = starting_point(out_dir) if out_dir.parent.is_dir() else None
     if _occupied(out_dir) and not force:
-        raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True (--force)")
+        raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True")
     label = f"{repo_id}@{revision or DEFAULT_REVISION}"
     snapshot = _download(repo_id, revision, token, label, limits)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

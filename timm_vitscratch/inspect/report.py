@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from timm.models import get_model_args
+from torch import nn
+
 from ..models import Block, VisionTransformer
 from ..models.architecture import describe_model
 from ..models.build import build_on_meta
@@ -181,8 +184,24 @@ def _memory(model_name: str, kwargs: dict[str, Any], true_count: int, batch: int
     )
 
 
+def built_from(model: nn.Module) -> tuple[str, dict[str, Any]]:
+    """The registered name and the ``create_model`` arguments that rebuild ``model``'s architecture: its
+    ``pretrained_cfg["architecture"]`` and the arguments timm recorded when building it (``get_model_args``,
+    what ``save_config_for_hf`` writes as ``model_args``); a ValueError when they would build another one."""
+    check_scratch_model(model, type(model).__name__)
+    name = getattr(model, "pretrained_cfg", {}).get("architecture")
+    recorded = {k: v for k, v in get_model_args(model).items() if k not in ("pretrained_cfg_overlay", "cache_dir")}
+    rebuilt = build_on_meta(name, **recorded) if isinstance(name, str) else None
+    if not isinstance(name, str) or rebuilt is None or describe_model(rebuilt) != describe_model(model):
+        raise ValueError(
+            f"cannot tell which architecture this {type(model).__name__} was built as (architecture {name!r}, "
+            f"recorded arguments {recorded}): pass the name it was built from, e.g. build_report('scratch_vit_b16')"
+        )
+    return name, recorded
+
+
 def build_report(
-    model_name: str,
+    model_name: str | nn.Module,
     num_classes: int | None = None,
     img_size: int | None = None,
     batch: int = 1,
@@ -192,11 +211,16 @@ def build_report(
     """Everything ``vitscratch summary`` shows about one model, as JSON-ready data.
 
     ``model_name``: a registered name, a pretrained tag, a model directory, ``local-dir:DIR`` or
-    ``hf-hub:ORG/NAME`` (only its config is read; the model is built on ``meta``).
+    ``hf-hub:ORG/NAME`` (only its config is read; the model is built on ``meta``), or a model of ours built
+    by ``timm.create_model`` (its architecture is rebuilt on ``meta`` from what timm recorded; see
+    :func:`built_from`). ``num_classes`` and ``img_size`` override the model's.
     """
     if batch < 1:
         raise ValueError(f"--batch must be >= 1, got {batch}")
-    kwargs = model_kwargs(num_classes, img_size)
+    recorded: dict[str, Any] = {}
+    if isinstance(model_name, nn.Module):
+        model_name, recorded = built_from(model_name)
+    kwargs = {**recorded, **model_kwargs(num_classes, img_size)}
     timm_name = timm_model_name(model_name)
     model = check_scratch_model(build_on_meta(timm_name, **kwargs), model_name)
     arch = describe_model(model)

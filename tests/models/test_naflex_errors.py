@@ -9,7 +9,6 @@ from tests.support import tiny
 from tests.support.naflex_batches import images, naflex_batch
 from timm_vitscratch.errors import NaFlexBatchError
 from timm_vitscratch.gate.naflex_batch import read_naflex_batch
-from timm_vitscratch.models.naflex_batch import spec_of
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +159,7 @@ def test_an_attention_mask_of_another_dtype(model, batch):
 def test_entries_on_another_device_than_the_model():
     # the gate sees the model as numbers: a model on another device than the batch is one device field
     batch = naflex_batch(images([(16, 24)]), patch_size=8, max_seq_len=8)
-    spec = replace(spec_of(tiny()), device=torch.device("meta"))
+    spec = replace(tiny().naflex_spec(), device=torch.device("meta"))
     with pytest.raises(NaFlexBatchError) as caught:
         read_naflex_batch(spec, batch)
     assert caught.value.field == "patches" and "is on cpu" in str(caught.value) and "meta" in str(caught.value)

@@ -67,7 +67,9 @@ def test_patch_dropout_keeps_each_images_share_and_trains():
     model = tiny(num_classes=5, patch_drop_rate=0.5, reg_tokens=1).train()
     batch = naflex_batch(images(MIXED_SIZES), patch_size=8, max_seq_len=64)
     lengths = []
-    model.blocks[0].register_forward_pre_hook(lambda m, args: lengths.append(args[1].lengths))
+    model.blocks[0].register_forward_pre_hook(
+        lambda m, args, kwargs: lengths.append(kwargs["segments"].lengths), with_kwargs=True
+    )
     loss = model(batch).logsumexp(dim=1).sum()
     loss.backward()
     counts = batch["patch_valid"].sum(dim=1).tolist()
@@ -137,7 +139,7 @@ def test_padded_path_exports_and_equals_the_packed_path():
     with torch.no_grad():
         packed = model(other)
         got = exported.module()(other["patches"], other["patch_coord"], other["patch_valid"])
-        model.naflex_packed = False  # the same padded path without exporting
+        model.set_naflex_packed(False)  # the same padded path without exporting
         padded = model(other)
     assert (got - packed).abs().max() <= 1e-5
     assert (padded - packed).abs().max() <= 1e-5
@@ -159,7 +161,7 @@ def test_padded_path_equals_packed_path(options):
     batch = naflex_batch(images(MIXED_SIZES), patch_size=8, max_seq_len=80)
     with torch.no_grad():
         packed, packed_features = model(batch), model.forward_features(batch)["patches"]
-        model.naflex_packed = False
+        model.set_naflex_packed(False)
         padded, padded_features = model(batch), model.forward_features(batch)["patches"]
     assert (padded - packed).abs().max() <= 1e-5
     assert (padded_features - packed_features).abs().max() <= 1e-5  # zeros at padding in both
@@ -167,7 +169,7 @@ def test_padded_path_equals_packed_path(options):
 
 def test_resize_weights_are_torchs_antialiased_bicubic():
     """The padded path's per-position resampling weights equal F.interpolate(bicubic, antialias=True)."""
-    from timm_vitscratch.models.naflex import resize_weights
+    from timm_vitscratch.models.position import resize_weights
 
     for in_size in (2, 4, 7, 14):
         for out_size in range(1, 40):

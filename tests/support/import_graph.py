@@ -1,7 +1,8 @@
 """What imports what inside timm_vitscratch, read from the source (nothing is imported): every import
-that runs counts, including those inside functions. Imports under ``if TYPE_CHECKING:`` never run (the
-type checker alone reads them, for an annotation that would otherwise need the import at run time), so
-they are not edges; ``type_only_imports`` lists them.
+that runs counts, including those inside functions (``graph``). Imports under ``if TYPE_CHECKING:`` never
+run (the type checker alone reads them); ``type_only_imports`` lists them, and ``dependencies`` adds them
+to the graph: a module that names another in its annotations depends on it as much as one that imports
+it, so they may close no cycle either.
 
     python -m tests.support.import_graph
 
@@ -98,6 +99,12 @@ def type_only_imports() -> dict[str, set[str]]:
 def graph() -> dict[str, set[str]]:
     modules = module_names()
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def dependencies() -> dict[str, set[str]]:
+    """``graph`` with the type-only imports added: what each module depends on, run time or type checking."""
+    type_only = type_only_imports()
+    return {name: targets | type_only.get(name, set()) for name, targets in graph().items()}
 
 
 def unit(module: str) -> str:

@@ -2,8 +2,8 @@
 
 Both follow timm's switch between ``F.scaled_dot_product_attention`` and an eager path that
 materialises the attention matrix (``fused_attn``, set from ``attn_impl``), compute the same
-function either way, and use SDPA's mask convention. For NaFlex batches a block's ``attn_mask``
-may be a packed sequence's ``PackedSegments`` (models/packing.py): each image attends to itself.
+function either way, and use SDPA's mask convention. A packed NaFlex sequence comes with its
+``segments`` (models/packing.py), beside timm's ``attn_mask``: each image attends to itself.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from timm.layers import trunc_normal_tf_
 from torch import nn
 
 from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
-from .packing import PackedSegments
+from .packing import PackedSegments, attend
 
 ATTN_IMPLS = ("sdpa", "eager")
 
@@ -136,32 +136,33 @@ class Attention(nn.Module):
             )
         return self.attn_drop(_masked_softmax_attention(q, k, self.scale, attn_mask)) @ v
 
-    @torch.jit.unused
-    def _attention_maybe_packed(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """NaFlex: for a packed sequence ``attn_mask`` is its ``PackedSegments``; each image attends to itself."""
-        if isinstance(attn_mask, PackedSegments):
-            return attn_mask.attend(q, k, v, self._attention)
-        return self._attention(q, k, v, attn_mask)
-
     def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        segments: PackedSegments | None = None,
     ) -> torch.Tensor:
-        """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens."""
+        """(B, heads, Nq, head_dim) queries against all keys/values -> projected (B, Nq, dim) tokens.
+
+        With ``segments`` (a packed sequence, never under TorchScript) each image attends to itself."""
         batch, _, queries, _ = q.shape
-        if torch.jit.is_scripting():
-            x = self._attention(q, k, v, attn_mask)
+        if not torch.jit.is_scripting() and segments is not None:
+            x = attend(q, k, v, segments, self._attention)
         else:
-            x = self._attention_maybe_packed(q, k, v, attn_mask)
+            x = self._attention(q, k, v, attn_mask)
         # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
         # so this reshape is a view, not a copy
         x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(self.norm(x)))
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, segments: PackedSegments | None = None
+    ) -> torch.Tensor:
+        """timm's call, ``attn_mask`` in SDPA's convention; ``segments``: the runs of a packed sequence."""
         q, k, v = self._split_heads(x)
-        return self._attend(q, k, v, attn_mask)
+        return self._attend(q, k, v, attn_mask, segments)
 
     def forward_queries(self, x: torch.Tensor, num_queries: int) -> torch.Tensor:
         """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""

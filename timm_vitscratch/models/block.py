@@ -9,6 +9,7 @@ from torch import nn
 
 from .attention import Attention
 from .layers import DEFAULT_NORM_LAYER, DropPath, FactoryKwargs, LayerScale, Mlp, NormLayer
+from .packing import PackedSegments
 
 
 class Block(nn.Module):
@@ -57,8 +58,11 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, init_values=init_values, **dd) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, segments: PackedSegments | None = None
+    ) -> torch.Tensor:
+        """timm's call; a packed NaFlex sequence comes with its ``segments`` (each image attends to itself)."""
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, segments=segments)))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
     def forward_prefix(self, x: torch.Tensor, num_tokens: int) -> torch.Tensor:

@@ -1,19 +1,15 @@
-"""timm's intermediate-feature API on images: block outputs by index, as NCHW maps or NLC tokens.
+"""timm's intermediate-feature API: which blocks were asked for, and the forms timm gives the results in.
 
-``VisionTransformer.forward_intermediates`` takes an image batch here and a NaFlex batch in
-models/naflex.py; both give their results in timm's forms through :func:`assemble`.
+``VisionTransformer.forward_intermediates`` runs the blocks (images or a NaFlex batch) and hands the
+kept outputs to :func:`assemble`. Plain data and functions: this module knows no model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from torch.utils.checkpoint import checkpoint
-
-if TYPE_CHECKING:  # type-only: vision_transformer imports this module
-    from .vision_transformer import VisionTransformer
 
 
 def take_indices(num_blocks: int, indices: int | list[int] | None) -> tuple[list[int], int]:
@@ -45,6 +41,16 @@ class Request(NamedTuple):
     intermediates_only: bool
     output_dict: bool
 
+    @property
+    def depth(self) -> int:
+        """How many blocks run: up to the last index asked for with ``stop_early``, else all (-1)."""
+        return self.max_index + 1 if self.stop_early else -1
+
+
+def to_nchw(tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, H*W, D) patch tokens -> (B, D, H, W) maps of a (H, W) patch grid."""
+    return tokens.reshape(tokens.shape[0], grid[0], grid[1], -1).permute(0, 3, 1, 2).contiguous()
+
 
 def assemble(
     request: Request,
@@ -52,7 +58,7 @@ def assemble(
     prefix_tokens: list[torch.Tensor],
     final_features: Callable[[], torch.Tensor],
     extra: dict[str, Any] | None = None,
-):
+) -> Any:
     """timm's result forms: ``(final, intermediates)``, the intermediates alone, or a dict
     (``'image_intermediates'``, ``'image_intermediates_prefix'``, ``'image_features'``, plus ``extra``);
     with ``return_prefix_tokens`` each intermediate is paired with its prefix tokens."""
@@ -66,27 +72,3 @@ def assemble(
         return result
     taken: list[Any] = list(zip(intermediates, prefix_tokens, strict=True)) if with_prefix else intermediates
     return taken if request.intermediates_only else (final_features(), taken)
-
-
-def forward_intermediates(
-    model: VisionTransformer, x: torch.Tensor, request: Request, attn_mask: torch.Tensor | None = None
-):
-    """Block outputs of an image batch (B, C, H, W) at the requested indices, split into patch and prefix tokens."""
-    wanted = set(request.indices)
-    batch, _, height, width = x.shape
-    x = model._embed(x)
-    blocks = model.blocks[: request.max_index + 1] if request.stop_early else model.blocks
-    kept = []
-    for index, block in enumerate(blocks):
-        if model.grad_checkpointing and torch.is_grad_enabled():
-            x = checkpoint(block, x, attn_mask, use_reentrant=False)
-        else:
-            x = block(x, attn_mask)
-        if index in wanted:
-            kept.append(model.norm(x) if request.norm else x)
-    prefix = model.num_prefix_tokens
-    intermediates = [y[:, prefix:] for y in kept]
-    if request.output_fmt == "NCHW":
-        grid_h, grid_w = model.patch_embed.dynamic_feat_size((height, width))
-        intermediates = [y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
-    return assemble(request, intermediates, [y[:, :prefix] for y in kept], lambda: model.norm(x))

@@ -4,25 +4,31 @@ A NaFlex batch (timm's ``create_naflex_loader`` and ``NaFlexCollator``) holds ea
 size as a sequence of flattened patches: ``patches`` (B, N, P*P*C), ``patch_coord`` (B, N, 2), the
 (row, column) of each patch in its image's grid, and ``patch_valid`` (B, N), False where the
 collator padded. It comes from outside, so it enters through the gate (``gate/naflex_batch.py``),
-which checks every entry, and bounds the coordinates, before the model computes anything; a bad one
-raises ``NaFlexBatchError`` naming it (models/naflex.py computes).
+which checks every entry, and bounds the coordinates, against the model's ``naflex_spec()`` before
+the model computes anything; a bad one raises ``NaFlexBatchError`` naming it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from ..errors import NaFlexBatchError
 from ..gate.naflex_batch import NaFlexBatch, NaFlexSpec, read_naflex_batch, shape_text
-from .block import Block
 from .model_args import MAX_PATCHES
 
-if TYPE_CHECKING:  # type-only: vision_transformer imports this module
-    from .vision_transformer import VisionTransformer
-
-__all__ = ["NaFlexBatch", "exporting", "is_naflex_call", "read_batch", "shape_text", "spec_of"]
+__all__ = [
+    "MAX_PATCHES",
+    "NaFlexBatch",
+    "NaFlexSpec",
+    "check_patch_valid",
+    "exporting",
+    "is_naflex_call",
+    "read_batch",
+    "shape_text",
+]
 
 
 def is_naflex_call(x: Any, patch_coord: torch.Tensor | None, patch_valid: torch.Tensor | None) -> bool:
@@ -40,32 +46,24 @@ def exporting() -> bool:
     return torch.compiler.is_exporting()
 
 
-def spec_of(model: VisionTransformer) -> NaFlexSpec:
-    """The numbers the gate checks a batch against: patch size, channels, prefix tokens, heads, position
-    grid and its resample bound (the model's bound on one image's patch grid), dtype and device."""
-    first = model.blocks[0] if len(model.blocks) else None
-    weight = model.patch_embed.proj.weight
-    (ph, pw), (gh, gw) = model.patch_embed.patch_size, model.patch_embed.grid_size
-    return NaFlexSpec(
-        patch_size=(int(ph), int(pw)),
-        in_chans=model.in_chans,
-        channels_last=model.patchify_channels_last,
-        prefix_tokens=model.num_prefix_tokens,
-        heads=first.attn.num_heads if isinstance(first, Block) else 1,
-        pos_grid=(int(gh), int(gw)),
-        max_grid_cells=MAX_PATCHES,
-        dtype=weight.dtype,
-        device=weight.device,
-    )
-
-
 @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
 def read_batch(
-    model: VisionTransformer,
+    spec: NaFlexSpec,
     x: Any,
     attn_mask: torch.Tensor | None = None,
     patch_valid: torch.Tensor | None = None,
     patch_coord: torch.Tensor | None = None,
 ) -> NaFlexBatch:
     """The batch from a dict (its entries win, as in timm) or from tensors given as arguments, checked by the gate."""
-    return read_naflex_batch(spec_of(model), x, attn_mask, patch_valid, patch_coord)
+    return read_naflex_batch(spec, x, attn_mask, patch_valid, patch_coord)
+
+
+def check_patch_valid(x: torch.Tensor, patch_valid: torch.Tensor, prefix: int) -> torch.Tensor:
+    """``patch_valid`` of padded features (B, prefix + N, D), which must be (B, N); returned as bool."""
+    if tuple(patch_valid.shape) != (x.shape[0], x.shape[1] - prefix):
+        raise NaFlexBatchError(
+            "patch_valid",
+            f"expected (batch, N) = ({x.shape[0]}, {x.shape[1] - prefix}) "
+            f"for features {shape_text(x)}, got {shape_text(patch_valid)}",
+        )
+    return patch_valid.bool()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -42,6 +43,17 @@ def check_image_shape(
     return x
 
 
+@functools.lru_cache(maxsize=32)
+def _resize_pinv(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
+    """(old_h*old_w, new_h*new_w) matrix that resamples a kernel as timm's ``resample_patch_embed`` does.
+
+    ``resample_patch_embed`` of the identity kernels is its pseudo-inverse resize matrix; kept so
+    that a training step does not recompute it.
+    """
+    basis = torch.eye(old[0] * old[1]).reshape(-1, 1, old[0], old[1])
+    return resample_patch_embed(basis, list(new)).reshape(old[0] * old[1], new[0] * new[1])
+
+
 class PatchEmbed(nn.Module):
     """Image to patch tokens with one strided convolution, in timm's layouts and with timm's attributes.
 
@@ -50,6 +62,9 @@ class PatchEmbed(nn.Module):
     ``strict_img_size=False`` takes any image whose sides are multiples of the patch size (or any
     size with ``dynamic_img_pad``, which pads right and bottom up to the next multiple). ``norm``
     is an Identity, as in timm's ViT (a hook point).
+
+    NaFlex batches arrive as patches already cut and flattened: ``project_flat`` applies the same
+    projection to them (no second weight format).
     """
 
     def __init__(
@@ -154,3 +169,22 @@ class PatchEmbed(nn.Module):
         elif self.output_fmt == "NCL":
             x = x.flatten(2)
         return self.norm(x)
+
+    def flat_weight(self, patch_size: tuple[int, int], channels_last: bool) -> torch.Tensor:
+        """The projection's kernel as a (D, P*P*C) linear map of flattened patches of ``patch_size``.
+
+        Channels last (timm's default flat layout: row, column, channel) or first. Another patch size
+        resamples the kernel (FlexiViT's pseudo-inverse resize, timm's ``resample_patch_embed``).
+        """
+        weight = self.proj.weight  # (D, C, ph, pw)
+        if tuple(weight.shape[2:]) != tuple(patch_size):
+            dim, chans = weight.shape[:2]
+            pinv = _resize_pinv((weight.shape[2], weight.shape[3]), patch_size).to(weight.device)
+            weight = (weight.reshape(dim, chans, -1).float() @ pinv).reshape(dim, chans, *patch_size).to(weight.dtype)
+        if channels_last:
+            weight = weight.permute(0, 2, 3, 1)
+        return weight.reshape(weight.shape[0], -1)
+
+    def project_flat(self, patches: torch.Tensor, patch_size: tuple[int, int], channels_last: bool) -> torch.Tensor:
+        """(..., P*P*C) flattened patches -> (..., D) patch tokens: the convolution as a linear map."""
+        return F.linear(patches, self.flat_weight(patch_size, channels_last), self.proj.bias)

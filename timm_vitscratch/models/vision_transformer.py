@@ -11,8 +11,9 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
+from ..errors import NaFlexBatchError
 from ..private_api import record_input_size
-from . import intermediates, naflex, naflex_batch, storage
+from . import intermediates, naflex, naflex_batch, pooling, storage
 from .attention import Attention, AttentionPool, check_attn_impl
 from .block import Block
 from .checkpoint_filter import load_pretrained, remap_on_load
@@ -26,7 +27,10 @@ from .layers import (
     resolve_norm_eps,
     sincos_2d_pos_embed,
 )
+from .naflex_batch import NaFlexBatch, NaFlexSpec
+from .packing import PackedSegments, segments_of
 from .patch_embed import PatchEmbed
+from .position import position_encoding
 from .weight_init import apply_init, check_weight_init, scheme
 
 GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
@@ -42,28 +46,13 @@ def _is_fx_proxy(x: torch.Tensor) -> bool:
     return isinstance(x, torch.fx.Proxy)
 
 
-@torch.fx.wrap
-def _resampled_pos_embed(
-    pos_embed: torch.Tensor, height: int, width: int, old_size: tuple[int, int], num_prefix_tokens: int
-) -> torch.Tensor:
-    """The learned table bicubically resampled to a (height, width) patch grid (timm's resampling)."""
-    return resample_abs_pos_embed(
-        pos_embed, new_size=[height, width], old_size=[old_size[0], old_size[1]], num_prefix_tokens=num_prefix_tokens
-    )
-
-
-@torch.fx.wrap
-def _sincos_pos_embed(x: torch.Tensor, height: int, width: int, dim: int, num_prefix_tokens: int) -> torch.Tensor:
-    """The fixed sincos table for a (height, width) patch grid, on ``x``'s device and dtype."""
-    return sincos_2d_pos_embed((height, width), dim, num_prefix_tokens, device=x.device).to(x.dtype)
-
-
 class VisionTransformer(nn.Module):
     """ViT of Dosovitskiy et al. 2020 with timm's options and DeiT's optional distillation token.
 
     The constructor takes timm's ``VisionTransformer`` arguments with timm's names, defaults and
     meaning, plus a few of its own (see ``__init__``). NaFlex batches (``model(batch_dict)``,
-    docs/native_resolution.md) run packed: models/naflex.py.
+    docs/native_resolution.md) run packed (``naflex_packed``), through the same blocks, position
+    encoding (``pos_encoding``, models/position.py) and pooling (models/pooling.py) as images.
 
     ``forward`` computes what timm's does, module by module, so forward and backward hooks see
     timm's tensors. ``pooled_forward=True`` (or ``set_pooled_forward()``) opts into a faster
@@ -118,6 +107,7 @@ class VisionTransformer(nn.Module):
         norm_eps: float = DEFAULT_NORM_EPS,
         pooled_forward: bool = False,
         patchify_channels_last: bool = True,
+        naflex_packed: bool = True,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -164,6 +154,8 @@ class VisionTransformer(nn.Module):
             norm_eps: eps of every LayerNorm as a number (what a config.json records); see resolve_norm_eps.
             pooled_forward: Opt into the pooled-token forward (the last block for the pooled tokens only).
             patchify_channels_last: Flat NaFlex patches are (row, column, channel), as timm's loader makes them.
+            naflex_packed: NaFlex batches run packed (padding costs nothing); False: timm's padded, masked
+                layout, which export always takes.
             device: Where the tensors are made (timm's factory argument); 'meta' builds without storage.
             dtype: dtype of the tensors (timm's factory argument).
         """
@@ -201,7 +193,7 @@ class VisionTransformer(nn.Module):
         self.pooled_forward = pooled_forward
         # NaFlex batches: the flat patch layout, and packed (True) or timm's padded layout (export takes that)
         self.patchify_channels_last = patchify_channels_last
-        self.naflex_packed = True
+        self.naflex_packed = naflex_packed
         # as timm: 'skip' builds without the init pass, and later inits are torch's layer defaults
         self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
         self.grad_checkpointing = False
@@ -233,6 +225,8 @@ class VisionTransformer(nn.Module):
             self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
         else:
             self.pos_embed = None
+        # positions for any grid, packed tokens or padded slots, from the table (a plain object, not a module)
+        self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim)
         self.pos_drop = nn.Dropout(pos_drop_rate)
         self.patch_drop = (
             PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
@@ -472,6 +466,11 @@ class VisionTransformer(nn.Module):
         self.pooled_forward = enable
 
     @torch.jit.ignore
+    def set_naflex_packed(self, enable: bool = True) -> None:
+        """Run NaFlex batches packed (the default) or on timm's padded, masked layout (what export takes)."""
+        self.naflex_packed = enable
+
+    @torch.jit.ignore
     def get_classifier(self) -> nn.Module | tuple[nn.Module, nn.Module]:
         return (self.head, self.head_dist) if self.head_dist is not None else self.head
 
@@ -531,40 +530,41 @@ class VisionTransformer(nn.Module):
         )
 
     # --- forward ------------------------------------------------------------------------------
+    def _prefix_tokens(self) -> torch.Tensor | None:
+        """(1, k, D) class, distillation and register tokens, in timm's order; None without any."""
+        tokens: list[torch.Tensor] = []
+        if self.cls_token is not None:
+            tokens.append(self.cls_token)
+        if self.dist_token is not None:
+            tokens.append(self.dist_token)
+        if self.reg_token is not None:
+            tokens.append(self.reg_token)
+        if len(tokens) == 0:
+            return None
+        return tokens[0] if len(tokens) == 1 else torch.cat(tokens, dim=1)
+
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
         """Patch tokens -> (B, prefix + N, D) tokens with positions, in timm's order.
 
         Takes what ``patch_embed`` returns: (B, N, D) tokens, or with ``dynamic_img_size`` the
-        (B, H, W, D) patch grid, whose size the position table is resampled to.
+        (B, H, W, D) patch grid, whose positions the position encoding gives.
         """
+        pos_embed = self.pos_embed
         if self.dynamic_img_size:
             batch, height, width, dim = x.shape
             x = x.reshape(batch, height * width, dim)
-        else:
-            batch, _, dim = x.shape
-            height, width = self.patch_embed.grid_size
-        prefix = self.pos_prefix_tokens
-        pos_embed = self.pos_embed
-        if pos_embed is not None and self.dynamic_img_size:
-            if self.sincos_pos_embed:
-                pos_embed = _sincos_pos_embed(x, height, width, dim, prefix)
-            else:
-                pos_embed = _resampled_pos_embed(pos_embed, height, width, self.patch_embed.grid_size, prefix)
-        tokens: list[torch.Tensor] = []
-        if self.cls_token is not None:
-            tokens.append(self.cls_token.expand(batch, -1, -1))
-        if self.dist_token is not None:
-            tokens.append(self.dist_token.expand(batch, -1, -1))
-        if self.reg_token is not None:
-            tokens.append(self.reg_token.expand(batch, -1, -1))
+            pos_embed = self.pos_encoding.for_grid(pos_embed, height, width, self.patch_embed.grid_size, x)
+        prefix = self._prefix_tokens()
+        if prefix is not None:
+            prefix = prefix.expand(x.shape[0], -1, -1)
         if self.no_embed_class:  # DeiT-III / DINOv2: positions for the patches only
             if pos_embed is not None:
                 x = x + pos_embed
-            if len(tokens) > 0:
-                x = torch.cat(tokens + [x], dim=1)
+            if prefix is not None:
+                x = torch.cat([prefix, x], dim=1)
         else:
-            if len(tokens) > 0:
-                x = torch.cat(tokens + [x], dim=1)
+            if prefix is not None:
+                x = torch.cat([prefix, x], dim=1)
             if pos_embed is not None:
                 x = x + pos_embed
         return self.pos_drop(x)
@@ -572,17 +572,149 @@ class VisionTransformer(nn.Module):
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
 
-    def _blocks(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Every block, called as timm calls them: ``blocks`` as one module unless a mask or
-        gradient checkpointing takes them one by one (so hooks on ``blocks`` fire where timm's do)."""
-        if attn_mask is None and not self.grad_checkpointing:
-            return self.blocks(x)
-        for block in self.blocks:
-            if self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
-                x = checkpoint(block, x, attn_mask, use_reentrant=False)
-            else:
-                x = block(x, attn_mask)
-        return x
+    def _run_blocks(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        segments: PackedSegments | None = None,
+        keep: list[int] | None = None,
+        norm_kept: bool = False,
+        depth: int = -1,
+        last_tokens: int = 0,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The blocks, for every forward: the output and the block outputs at indices ``keep`` (normed with
+        ``norm_kept``).
+
+        Called as timm calls them: ``blocks`` as one module (so hooks on ``blocks`` fire) unless a mask,
+        a packed sequence's ``segments``, kept outputs, the pooled-token forward or gradient checkpointing
+        take them one by one. ``depth``: only the first ``depth`` blocks run (-1: all);
+        ``last_tokens``: the last of them computes only the first ``last_tokens`` tokens.
+        """
+        kept: list[torch.Tensor] = []
+        if attn_mask is None and segments is None and keep is None and last_tokens == 0:
+            if not self.grad_checkpointing:
+                return self.blocks(x), kept
+        checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
+        depth = len(self.blocks) if depth < 0 else depth
+        for index, block in enumerate(self.blocks):
+            if index < depth:
+                if last_tokens > 0 and index == depth - 1:
+                    # nn.Sequential types its items as Module; each is a Block
+                    if checkpointing and not torch.jit.is_scripting():
+                        x = checkpoint(block.forward_prefix, x, last_tokens, use_reentrant=False)  # type: ignore[arg-type]
+                    else:
+                        x = block.forward_prefix(x, last_tokens)  # type: ignore[operator]
+                elif not torch.jit.is_scripting() and segments is not None:
+                    if checkpointing:
+                        x = checkpoint(block, x, segments=segments, use_reentrant=False)
+                    else:
+                        x = block(x, segments=segments)
+                elif checkpointing and not torch.jit.is_scripting():
+                    x = checkpoint(block, x, attn_mask, use_reentrant=False)
+                else:
+                    x = block(x, attn_mask)
+                if keep is not None and index in keep:
+                    kept.append(self.norm(x) if norm_kept else x)
+        return x, kept
+
+    @torch.jit.ignore
+    def naflex_spec(self) -> NaFlexSpec:
+        """The numbers a NaFlex batch is checked against (gate/naflex_batch.py): patch size, channels, flat
+        layout, prefix tokens, heads, the position grid and its resample bound, dtype and device."""
+        first = self.blocks[0]
+        weight = self.patch_embed.proj.weight
+        (ph, pw), (gh, gw) = self.patch_embed.patch_size, self.patch_embed.grid_size
+        return NaFlexSpec(
+            patch_size=(int(ph), int(pw)),
+            in_chans=self.in_chans,
+            channels_last=self.patchify_channels_last,
+            prefix_tokens=self.num_prefix_tokens,
+            heads=first.attn.num_heads if isinstance(first, Block) else 1,
+            pos_grid=(int(gh), int(gw)),
+            max_grid_cells=naflex_batch.MAX_PATCHES,
+            dtype=weight.dtype,
+            device=weight.device,
+        )
+
+    @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
+    def _read_naflex(
+        self,
+        x: Any,
+        attn_mask: torch.Tensor | None,
+        patch_valid: torch.Tensor | None,
+        patch_coord: torch.Tensor | None,
+    ) -> NaFlexBatch:
+        """A NaFlex batch from a dict or from tensors given as arguments, checked against ``naflex_spec()``."""
+        return naflex_batch.read_batch(self.naflex_spec(), x, attn_mask, patch_valid, patch_coord)
+
+    def _naflex_prefix(self) -> torch.Tensor | None:
+        """(k, D) prefix tokens with their positions (none with ``no_embed_class``): each NaFlex image's first tokens."""
+        prefix = self._prefix_tokens()
+        if prefix is None:
+            return None
+        positions = self.pos_encoding.for_prefix(self.pos_embed)
+        return prefix[0] if positions is None else prefix[0] + positions
+
+    @torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
+    def _pack(self, batch: NaFlexBatch) -> naflex.Packed:
+        """Embed the valid patches with their positions and pack them, each image's prefix tokens first,
+        into one sequence (models/naflex.py); patch dropout keeps a share of each image's patches."""
+        prefix = self.num_prefix_tokens
+        num_images, seq = batch.patch_valid.shape
+        layout = naflex.packed_layout(batch.patch_valid, batch.patch_coord, prefix)
+        patches = batch.patches.reshape(-1, batch.patches.shape[-1]).index_select(0, layout.valid_index)
+        tokens = self.patch_embed.project_flat(patches, batch.patch_size, self.patchify_channels_last)
+        positions = self.pos_encoding.for_tokens(
+            self.pos_embed, layout.token_coord, layout.image, layout.grids, self.patch_embed.grid_size, tokens
+        )
+        if positions is not None:
+            tokens = tokens + positions
+        prefix_tokens = self._naflex_prefix()
+        if prefix_tokens is not None:
+            tokens = torch.cat([prefix_tokens.to(tokens.dtype).repeat(num_images, 1), tokens])
+        packed = tokens.index_select(0, layout.order)[None]
+        lengths, padded_index = layout.lengths, layout.padded_index
+        if self.training and isinstance(self.patch_drop, PatchDropout):
+            packed, lengths, padded_index = naflex.drop_patches(layout, self.patch_drop.prob, prefix, seq, packed)
+        packed = self.norm_pre(self.pos_drop(packed))
+        masks = None
+        if batch.attn_mask is not None:
+            masks = naflex.image_masks(batch.attn_mask, padded_index, lengths, prefix + seq)
+        return naflex.Packed(packed, segments_of(lengths, masks), padded_index, num_images, prefix + seq)
+
+    def _embed_padded(self, batch: NaFlexBatch) -> torch.Tensor:
+        """(B, prefix + N, D) embedded tokens on timm's padded layout, every slot (shapes fixed by the batch)."""
+        tokens = self.patch_embed.project_flat(batch.patches, batch.patch_size, self.patchify_channels_last)
+        positions = self.pos_encoding.for_slots(
+            self.pos_embed, batch.patch_coord, batch.patch_valid, self.patch_embed.grid_size, tokens
+        )
+        if positions is not None:
+            tokens = tokens + positions
+        prefix = self._naflex_prefix()
+        if prefix is not None:
+            tokens = torch.cat([prefix.to(tokens.dtype).expand(tokens.shape[0], -1, -1), tokens], dim=1)
+        return self.norm_pre(self.pos_drop(tokens))
+
+    def _naflex_blocks(
+        self, batch: NaFlexBatch, keep: list[int] | None = None, norm_kept: bool = False, depth: int = -1
+    ) -> tuple[torch.Tensor, list[torch.Tensor], naflex.Placement]:
+        """A NaFlex batch through the blocks: the last output, the outputs at ``keep``, and where they lie
+        (``placement.unpack`` gives them in the batch's padded layout, zeros at padding).
+
+        Packed (``naflex_packed``, the default), or on timm's padded layout, keys masked: with
+        ``set_naflex_packed(False)``, and always while exporting (its shapes do not depend on the data).
+        """
+        if self.naflex_packed and not naflex_batch.exporting():
+            packed = self._pack(batch)
+            x, kept = self._run_blocks(
+                packed.tokens, segments=packed.segments, keep=keep, norm_kept=norm_kept, depth=depth
+            )
+            return x, kept, packed
+        real = naflex.token_mask(batch.patch_valid, self.num_prefix_tokens)
+        # keys only: padded queries see real keys, so no row is all -inf (no NaN)
+        mask = real[:, None, None, :] if batch.attn_mask is None else batch.attn_mask
+        x, kept = self._run_blocks(self._embed_padded(batch), mask, keep=keep, norm_kept=norm_kept, depth=depth)
+        return x, kept, naflex.Padded(real)
 
     def forward_features(
         self,
@@ -594,14 +726,15 @@ class VisionTransformer(nn.Module):
         """(B, C, H, W) image -> (B, prefix + N, D) tokens after the final norm.
 
         A NaFlex batch (a dict, or patches with ``patch_coord`` and ``patch_valid``) gives timm's
-        ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}``, computed packed.
+        ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}``, computed packed (zeros at padding).
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
             if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-                return naflex.forward_features(
-                    self, naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord)
-                )
-        return self.norm(self._blocks(self._embed(x), attn_mask))
+                batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
+                tokens, _, placement = self._naflex_blocks(batch)
+                return {"patches": placement.unpack(self.norm(tokens)), "patch_valid": batch.patch_valid}
+        x, _ = self._run_blocks(self._embed(x), attn_mask)
+        return self.norm(x)
 
     def pooled_token_count(self) -> int:
         """How many leading tokens the head reads: 2 (distilled), 1 (``'token'`` pooling), else 0 (all)."""
@@ -623,38 +756,23 @@ class VisionTransformer(nn.Module):
         num_tokens = self.pooled_token_count()
         if num_tokens == 0:
             return self.forward_features(x)
-        x = self._embed(x)
-        checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
-        last = len(self.blocks) - 1
-        for index, block in enumerate(self.blocks):
-            if index == last:
-                if checkpointing and not torch.jit.is_scripting():
-                    # nn.Sequential types its items as Module; each is a Block
-                    x = checkpoint(block.forward_prefix, x, num_tokens, use_reentrant=False)  # type: ignore[arg-type]
-                else:
-                    x = block.forward_prefix(x, num_tokens)  # type: ignore[operator]
-            elif checkpointing and not torch.jit.is_scripting():
-                x = checkpoint(block, x, None, use_reentrant=False)
-            else:
-                x = block(x)
+        x, _ = self._run_blocks(self._embed(x), last_tokens=num_tokens)
         return self.norm(x)
 
-    def pool(self, x: torch.Tensor, pool_type: str | None = None) -> torch.Tensor:
-        """(B, N, D) tokens -> (B, D) by ``pool_type`` (default: ``global_pool``); ``''`` keeps the tokens."""
+    def pool(
+        self, x: torch.Tensor, pool_type: str | None = None, patch_valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, prefix + N, D) tokens -> (B, D) by ``pool_type`` (default: ``global_pool``); ``''`` keeps the tokens.
+
+        ``patch_valid`` (B, N): NaFlex features in the padded layout; only the valid tokens are pooled.
+        """
         if self.attn_pool is not None:
-            return self.attn_pool(x if self.pool_include_prefix else x[:, self.num_prefix_tokens :])
+            tokens, keep = pooling.tokens_to_pool(x, patch_valid, self.num_prefix_tokens, self.pool_include_prefix)
+            if keep is None:
+                return self.attn_pool(tokens)
+            return self.attn_pool(tokens, keep[:, None, None, :])
         pool_type = self.global_pool if pool_type is None else pool_type
-        if pool_type == "token":
-            return x[:, 0]
-        if pool_type == "":
-            return x
-        if not self.pool_include_prefix:
-            x = x[:, self.num_prefix_tokens :]
-        if pool_type == "avg":
-            return x.mean(dim=1)
-        if pool_type == "max":
-            return x.amax(dim=1)
-        return 0.5 * (x.amax(dim=1) + x.mean(dim=1))  # avgmax
+        return pooling.pool_tokens(x, pool_type, self.num_prefix_tokens, self.pool_include_prefix, patch_valid)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False, patch_valid: torch.Tensor | None = None):
         """Tokens from ``forward_features`` -> logits (or the pooled pre-logit features).
@@ -663,10 +781,10 @@ class VisionTransformer(nn.Module):
         pool over each image's valid tokens only.
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
-            if isinstance(x, dict) or patch_valid is not None:
-                if isinstance(x, dict):
-                    x, patch_valid = x["patches"], x.get("patch_valid", patch_valid)
-                return naflex.forward_head(self, x, patch_valid, pre_logits)
+            if isinstance(x, dict):
+                x, patch_valid = x["patches"], x.get("patch_valid", patch_valid)
+            if patch_valid is not None:
+                patch_valid = naflex_batch.check_patch_valid(x, patch_valid, self.num_prefix_tokens)
         if self.head_dist is not None:
             x_cls, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
             if pre_logits:
@@ -675,7 +793,7 @@ class VisionTransformer(nn.Module):
             if self.distilled_training and self.training and not torch.jit.is_scripting():
                 return x_cls, x_dist
             return (x_cls + x_dist) / 2
-        x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x))))
+        x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x, patch_valid=patch_valid))))
         return x if pre_logits else self.head(x)
 
     def forward(
@@ -697,7 +815,9 @@ class VisionTransformer(nn.Module):
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
             if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-                return naflex.forward(self, naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord))
+                batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
+                tokens, _, placement = self._naflex_blocks(batch)
+                return self.forward_head(placement.unpack(self.norm(tokens)), patch_valid=batch.patch_valid)
         if self.pooled_forward and attn_mask is None and self.pooled_token_count() > 0 and not _is_fx_proxy(x):
             return self.forward_head(self.forward_pooled_tokens(x))
         return self.forward_head(self.forward_features(x, attn_mask))
@@ -743,10 +863,31 @@ class VisionTransformer(nn.Module):
         request = intermediates.Request(
             take_indices, max_index, return_prefix_tokens, norm, stop_early, output_fmt, intermediates_only, output_dict
         )
+        prefix = self.num_prefix_tokens
         if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-            batch = naflex_batch.read_batch(self, x, attn_mask, patch_valid, patch_coord)
-            return naflex.forward_intermediates(self, batch, request)
-        return intermediates.forward_intermediates(self, x, request, attn_mask)
+            batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
+            if output_fmt != "NLC":
+                raise NaFlexBatchError(
+                    "patches",
+                    "forward_intermediates of a NaFlex batch gives tokens only: pass "
+                    "output_fmt='NLC' (each image has its own grid; patch_coord places them)",
+                )
+            tokens, kept, placement = self._naflex_blocks(batch, take_indices, norm, request.depth)
+            padded = [placement.unpack(y) for y in kept]
+            return intermediates.assemble(
+                request,
+                [y[:, prefix:] for y in padded],
+                [y[:, :prefix] for y in padded],
+                lambda: placement.unpack(self.norm(tokens)),
+                extra={"patch_valid": batch.patch_valid},
+            )
+        height, width = x.shape[-2:]
+        x, kept = self._run_blocks(self._embed(x), attn_mask, keep=take_indices, norm_kept=norm, depth=request.depth)
+        patches = [y[:, prefix:] for y in kept]
+        if output_fmt == "NCHW":
+            grid = self.patch_embed.dynamic_feat_size((height, width))
+            patches = [intermediates.to_nchw(y, grid) for y in patches]
+        return intermediates.assemble(request, patches, [y[:, :prefix] for y in kept], lambda: self.norm(x))
 
     @torch.jit.ignore
     def get_intermediate_layers(

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..choices import MAX_PATCHES
 from ..gate.naflex_batch import NaFlexBatch, NaFlexSpec, read_naflex_batch, shape_text
 from .block import Block
-from .model_args import MAX_PATCHES
 
 if TYPE_CHECKING:  # type-only: vision_transformer imports this module
     from .vision_transformer import VisionTransformer

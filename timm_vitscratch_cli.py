@@ -14,18 +14,42 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, NoReturn
 
 PROG = "vitscratch"
-#: choices shown by --help, spelled out here so that --help imports no torch; tests/packaging/test_cli.py
-#: checks each against the library's own list (convert.SOURCE_NAMES, DTYPE_NAMES, EXPORT_TARGETS)
-SOURCE_CHOICES = ("auto", "timm", "torchvision", "transformers", "jax")
-DTYPE_CHOICES = ("float32", "float16", "bfloat16")
-EXPORT_CHOICES = ("timm", "torchvision", "jax")
 MODEL_HELP = (
     "a registered name (scratch_vit_b16), a pretrained tag (scratch_vit_b16.tv_in1k), a model "
     "directory (config.json + model.safetensors), local-dir:DIR or hf-hub:ORG/NAME"
 )
+
+
+def _package_dir() -> Path | None:
+    """The package's directory, found without importing the package (which imports torch)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("timm_vitscratch")
+    return None if spec is None or spec.origin is None else Path(spec.origin).parent
+
+
+def _read_choices() -> ModuleType:
+    """``timm_vitscratch/choices.py`` run on its own (it imports nothing): the library's own lists of sources,
+    export targets and dtypes for ``--help``, without importing the package."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    package = _package_dir()
+    spec = spec_from_file_location("timm_vitscratch_choices", (package or Path(".")) / "choices.py")
+    if package is None or spec is None or spec.loader is None:
+        raise SystemExit(f"{PROG}: error: timm_vitscratch is not importable")
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from timm_vitscratch import choices
+else:
+    choices = _read_choices()
 
 
 def version() -> str:
@@ -36,12 +60,11 @@ def version() -> str:
     that runs, even from a source tree on ``PYTHONPATH``.
     """
     import ast
-    from importlib.util import find_spec
 
-    spec = find_spec("timm_vitscratch")
-    if spec is None or spec.origin is None:
+    package = _package_dir()
+    if package is None:
         return "unknown (timm_vitscratch is not importable)"
-    for node in ast.parse((Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")).body:
+    for node in ast.parse((package / "version.py").read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
             return str(ast.literal_eval(node.value))
     return "unknown (no __version__ in timm_vitscratch/version.py)"
@@ -318,7 +341,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
         "--from",
         dest="source",
         default="auto",
-        choices=SOURCE_CHOICES,
+        choices=("auto", *choices.SOURCES),
         help="checkpoint format (default: recognised from its keys)",
     )
     p_convert.add_argument(
@@ -333,7 +356,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
         help="input size of the converted model; the position embedding is resampled",
     )
     p_convert.add_argument(
-        "--dtype", choices=DTYPE_CHOICES, default=None, help="dtype of the written weights (default: as stored)"
+        "--dtype", choices=choices.DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)"
     )
     p_convert.add_argument(
         "--ema", action="store_true", help="take the EMA weights (state_dict_ema) of a timm train.py checkpoint"
@@ -373,10 +396,10 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
 
     p_export = commands.add_parser("export", help="a scratch model directory -> timm / torchvision / JAX weights")
     p_export.add_argument("model_dir", help="directory written by convert (model.safetensors + config.json)")
-    p_export.add_argument("--to", required=True, choices=EXPORT_CHOICES, help="target layout")
+    p_export.add_argument("--to", required=True, choices=choices.EXPORT_TARGETS, help="target layout")
     p_export.add_argument("out", help="output file: .safetensors or .pth (timm, torchvision), .npz (jax)")
     p_export.add_argument(
-        "--dtype", choices=DTYPE_CHOICES, default=None, help="dtype of the written weights (default: as stored)"
+        "--dtype", choices=choices.DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)"
     )
     p_export.set_defaults(func=_cmd_export)
     return parser, dict(commands.choices)

@@ -1,5 +1,5 @@
 """What convert writes, the package can read: a conversion the model-directory check would refuse later is refused
-by convert, with the same bound (one source: :mod:`timm_vitscratch.models.model_args`), and nothing is written.
+by convert, with the same bound (one source: :mod:`timm_vitscratch.choices`), and nothing is written.
 
 Probe r16's input, made here: ``--img-size 4096`` for a patch-8 checkpoint (262,144 patches per image, past the
 16,384-patch bound) is refused at once, in a child capped at 200 MB over what it uses.
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import timm_vitscratch.models.model_args as model_args
 from tests.support import tiny
 from tests.support.bounded_child import bounded
+from timm_vitscratch import choices
 from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelDirectoryError
@@ -52,7 +52,7 @@ def test_one_source_for_the_bound(checkpoint, tmp_path, monkeypatch):
     out = tmp_path / "out"
     convert(checkpoint, out, img_size=64, num_heads=4)  # 8x8 = 64 patches
     check_model_directory(out)
-    monkeypatch.setattr(model_args, "MAX_PATCHES", 63)
+    monkeypatch.setattr(choices, "MAX_PATCHES", 63)
     with pytest.raises(ModelDirectoryError, match="makes 64 patches; expected at most 63"):
         check_model_directory(out)
     with pytest.raises(ConversionError, match="makes 64 patches; expected at most 63"):
@@ -64,13 +64,13 @@ def test_the_largest_grid_the_bound_allows_still_converts(checkpoint, tmp_path):
     out = tmp_path / "out"
     convert(checkpoint, out, img_size=1024, num_heads=4)  # 128x128 = 16,384 patches: the bound itself
     _, model = check_model_directory(out)
-    assert model.patch_embed.num_patches == model_args.MAX_PATCHES
+    assert model.patch_embed.num_patches == choices.MAX_PATCHES
 
 
 def test_more_classes_than_a_model_directory_may_hold(tmp_path):
     """Not only the patch bound: every check of the directory's config is run on what would be written."""
     path = tmp_path / "wide.pth"
-    model = tiny(embed_dim=8, num_heads=1, depth=1, num_classes=model_args.MAX_NUM_CLASSES + 1)
+    model = tiny(embed_dim=8, num_heads=1, depth=1, num_classes=choices.MAX_NUM_CLASSES + 1)
     torch.save(model.state_dict(), path)
     with pytest.raises(ConversionError, match="num_classes is 100001; expected an integer in \\[0, 100,000\\]"):
         convert(path, tmp_path / "out", num_heads=1)

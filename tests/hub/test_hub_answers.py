@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from timm_vitscratch.choices import MAX_PARAMETERS
 from timm_vitscratch.gate import hub_answers
 from timm_vitscratch.gate.hub_answers import HubFile, body_limit, commit_id, repo_files, revision_commit
-from timm_vitscratch.models.model_args import MAX_PARAMETERS
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SHA256 = "ab" * 32

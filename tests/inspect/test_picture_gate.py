@@ -19,10 +19,10 @@ import pytest
 from PIL import Image
 
 from tests.support.bounded_child import bounded
+from timm_vitscratch.choices import MAX_IMG_SIDE
 from timm_vitscratch.cli import main
 from timm_vitscratch.gate.images import read_rgb_image
 from timm_vitscratch.inspect.attention_maps import MAX_IMAGE_PIXELS, read_picture
-from timm_vitscratch.models.model_args import MAX_IMG_SIDE
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

@@ -8,8 +8,8 @@ import torch
 
 from tests.support import tiny
 from tests.support.naflex_batches import MIXED_SIZES, images, naflex_batch
+from timm_vitscratch.choices import MAX_PATCHES
 from timm_vitscratch.errors import NaFlexBatchError
-from timm_vitscratch.models.model_args import MAX_PATCHES
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 from timm_vitscratch.cli import main
 
@@ -53,12 +54,20 @@ def test_version_is_the_packages():
     assert done.returncode == 0 and done.stdout.strip() == f"vitscratch {timm_vitscratch.__version__}"
 
 
-def test_choices_shown_by_help_are_the_librarys():
+def test_help_offers_the_lists_the_library_checks_against():
+    """--help runs the package's own timm_vitscratch/choices.py (no copy to drift), and offers what it holds."""
     import timm_vitscratch_cli as cli
-    from timm_vitscratch.convert import DTYPE_NAMES, EXPORT_TARGETS, SOURCE_NAMES
+    from timm_vitscratch import choices
 
-    assert cli.SOURCE_CHOICES == ("auto",) + SOURCE_NAMES
-    assert cli.DTYPE_CHOICES == DTYPE_NAMES and cli.EXPORT_CHOICES == EXPORT_TARGETS
+    assert cli.choices is not choices and Path(cli.choices.__file__) == Path(choices.__file__)
+    parsers = cli.command_parsers()
+    convert, export = parsers["convert"].format_help(), parsers["export"].format_help()
+
+    def listed(names):
+        return "{" + ",".join(names) + "}"
+
+    assert listed(("auto", *choices.SOURCES)) in convert and listed(choices.DTYPE_NAMES) in convert
+    assert listed(choices.EXPORT_TARGETS) in export and listed(choices.DTYPE_NAMES) in export
 
 
 def test_a_closed_pipe_ends_quietly_with_status_0():

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "timm_vitscratch"
 #: the units of the package, lowest first; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "private_api", "version"),
+    ("choices", "errors", "private_api", "version"),
     ("gate", "atomic_replace"),
     ("files",),
     ("tensor_writer",),

@@ -15,19 +15,23 @@ import torch
 from safetensors.torch import save_file
 
 from tests.support import tiny
+from timm_vitscratch.choices import GLOBAL_POOLS, MAX_PARAMETERS, WEIGHT_INITS
 from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.gate.json_data import DEFAULT_LIMITS
+from timm_vitscratch.inspect.counts import analytic_param_count
 from timm_vitscratch.model_dir import NonFiniteWeightsWarning, check_model_directory, save_model_directory
 from timm_vitscratch.models.model_args import (
-    MAX_PARAMETERS,
+    DEFAULTS,
+    NOT_FROM_FILES,
     OPTIONS,
     bounds_table,
     check_architecture,
     check_model_args,
-    estimated_parameters,
+    parameter_count,
+    true_param_count,
 )
 
 MAX_JSON_DEPTH = DEFAULT_LIMITS.max_depth
@@ -77,19 +81,58 @@ def test_every_option_is_type_and_range_checked(name):
         assert f"{name} is " in str(err.value) and "expected" in str(err.value), str(err.value)
 
 
-def test_the_bounds_keep_every_registered_variant_and_estimate_its_size():
+def test_the_bounds_keep_every_registered_variant_and_count_its_size():
     from timm_vitscratch.models.build import build_on_meta
     from timm_vitscratch.models.variants import ARCHITECTURES
 
     for name, args in ARCHITECTURES.items():
         check_architecture(args, name)
         model = build_on_meta(name)
-        true = sum(p.numel() for p in model.parameters())
-        assert abs(estimated_parameters({**args, "num_classes": model.num_classes}) - true) <= 0.001 * true, name
-    with pytest.raises(ModelArgsError, match=f"parameters; expected at most {MAX_PARAMETERS:,}"):
-        check_architecture({"embed_dim": 8192, "depth": 64, "num_heads": 64}, "c.json")
+        assert parameter_count({**args, "num_classes": model.num_classes}, name) == true_param_count(model), name
+    huge = {"embed_dim": 8192, "depth": 64, "num_heads": 64}
+    count = analytic_param_count(patch_size=16, **huge)  # 51,562,554,344: the formula docs/inspection.md derives
+    with pytest.raises(ModelArgsError, match=f"of {count:,} parameters; expected at most {MAX_PARAMETERS:,}"):
+        check_architecture(huge, "c.json")
     with pytest.raises(ModelArgsError, match="does not divide"):
         check_architecture({"embed_dim": 64, "num_heads": 5}, "c.json")
+
+
+def test_sizes_are_bounded_before_the_model_is_built_on_meta(monkeypatch):
+    # a hostile config never gets a model built, even on meta, before each size is inside its bound
+    import timm_vitscratch.models.model_args as model_args
+
+    def refuse(**kwargs):
+        raise AssertionError(f"built before the cheap checks: {kwargs}")
+
+    monkeypatch.setattr(model_args, "VisionTransformer", refuse)
+    for args, message in [
+        ({"depth": 10**6}, "depth is 1000000; expected an integer in"),
+        ({"embed_dim": 10**6, "num_heads": 1}, "embed_dim is 1000000"),
+        ({"img_size": 4096, "patch_size": 1}, "makes 16,777,216 patches"),
+        ({"embed_dim": 100, "num_heads": 3}, "does not divide"),
+        ({"cache_dir": "/tmp"}, "'cache_dir' is not a model option"),
+    ]:
+        with pytest.raises(ModelArgsError, match=re.escape(message)):
+            check_architecture(args, "c.json")
+
+
+def test_a_combination_the_constructor_refuses_is_refused_naming_the_file():
+    with pytest.raises(ModelArgsError, match=r"^c\.json: representation_size \(has_logits\) cannot be combined"):
+        check_architecture({"representation_size": 768, "distilled": True}, "c.json")
+
+
+def test_the_options_are_the_constructors_and_the_defaults_its_own():
+    import inspect
+
+    from timm_vitscratch.models import VisionTransformer
+
+    parameters = inspect.signature(VisionTransformer.__init__).parameters
+    # every constructor argument is settable from a file, or deliberately not (where the model is made)
+    assert list(OPTIONS) + list(NOT_FROM_FILES) == [name for name in parameters if name != "self"]
+    assert {name: parameters[name].default for name in OPTIONS}.items() <= DEFAULTS.items()
+    assert OPTIONS["global_pool"].choices == GLOBAL_POOLS and OPTIONS["weight_init"].choices == WEIGHT_INITS
+    assert OPTIONS["fc_norm"].nullable and not OPTIONS["class_token"].nullable
+    assert check_architecture({}, "c.json") is None  # the defaults alone: ViT-B/16
 
 
 def test_bounds_table_lists_every_option():

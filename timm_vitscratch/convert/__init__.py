@@ -8,19 +8,12 @@ writes the weights back out as a timm or torchvision state dict or a JAX ``.npz`
 from ..errors import ConversionError, VerificationError
 from ..layouts.reader import open_checkpoint
 from .converter import ConversionResult, convert
-from .export import EXPORT_TARGETS, ExportResult, export
-from .formats import SOURCE_NAMES, detect_format
-from .plan import DTYPES
+from .export import ExportResult, export
+from .formats import detect_format
 from .verify import DEFAULT_TOLERANCE
-
-#: the dtype names ``--dtype`` takes
-DTYPE_NAMES = tuple(DTYPES)
 
 __all__ = [
     "DEFAULT_TOLERANCE",
-    "DTYPE_NAMES",
-    "EXPORT_TARGETS",
-    "SOURCE_NAMES",
     "ConversionError",
     "ConversionResult",
     "ExportResult",

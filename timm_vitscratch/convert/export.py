@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..atomic_replace import ConcurrentWriteError
+from ..choices import EXPORT_TARGETS
 from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
 from ..layouts.keymap import available
@@ -19,8 +20,6 @@ from ..models.architecture import describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 from .formats import FORMATS
 from .plan import meta_output, parse_dtype
-
-EXPORT_TARGETS = ("timm", "torchvision", "jax")
 
 
 @dataclass

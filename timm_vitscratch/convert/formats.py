@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
+from ..choices import SOURCES
 from ..layouts.checkpoint import Checkpoint
-from ..layouts.detect import SOURCE_NAMES, detect_layout
-from .jax_format import JaxFormat
+from ..layouts.detect import detect_layout
 from .source_format import SourceFormat
-from .timm_format import TimmFormat
-from .torchvision_format import TorchvisionFormat
-from .transformers_format import TransformersFormat
 
-FORMATS: dict[str, SourceFormat] = {
-    fmt.name: fmt for fmt in (TimmFormat(), TorchvisionFormat(), TransformersFormat(), JaxFormat())
-}
-assert tuple(FORMATS) == SOURCE_NAMES, "every layout the loader reads converts, and nothing else"
 
-__all__ = ["FORMATS", "SOURCE_NAMES", "detect_format"]
+def _format_of(source: str) -> SourceFormat:
+    """``FORMAT`` of ``convert/SOURCE_format.py``: a source is registered by its name in ``choices.SOURCES`` alone."""
+    fmt: SourceFormat = import_module(f"{__package__}.{source}_format").FORMAT
+    return fmt
+
+
+#: every format, by the name ``--from`` takes: the layout the loader reads, plus what conversion adds
+FORMATS: dict[str, SourceFormat] = {source: _format_of(source) for source in SOURCES}
+
+__all__ = ["FORMATS", "detect_format"]
 
 
 def detect_format(checkpoint: Checkpoint, requested: str = "auto") -> tuple[SourceFormat, bool]:

@@ -104,3 +104,7 @@ class JaxFormat(JaxLayout, SourceFormat):
             else:
                 rules[rule.sources[0]] = Rule((ours,), undo[rule.op])
         return rules
+
+
+#: what conversion reads and writes of source jax (registered by that name in timm_vitscratch.choices.SOURCES)
+FORMAT = JaxFormat()

@@ -15,6 +15,7 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from torch import nn
 
+from ..choices import DTYPE_NAMES
 from ..errors import ConversionError, ModelArgsError, ModelDirectoryError, listed
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap, Rule, available
@@ -29,7 +30,7 @@ from .shape_inference import choose_variant, infer_arch, model_args, settle_head
 from .source_format import SourceFormat
 
 #: the dtypes weights can be written in (``--dtype``)
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 @dataclass

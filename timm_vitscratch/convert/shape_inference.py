@@ -8,7 +8,6 @@ same record :func:`~timm_vitscratch.models.architecture.describe_model` gives fo
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
@@ -17,6 +16,7 @@ from typing import Any
 from ..errors import ConversionError
 from ..models.architecture import DEFAULT_NORM_EPS, Arch, Shape
 from ..models.layers import to_2tuple
+from ..models.model_args import DEFAULTS
 from ..models.variants import ARCHITECTURES
 
 #: timm's usual attention head width: the head count assumed when nothing says otherwise
@@ -138,19 +138,9 @@ def _grid(num_patches: int, img_size: Any, patch_size: int, prefix: int, tokens:
     return side, side
 
 
-def _constructor_defaults() -> dict[str, Any]:
-    from ..models.vision_transformer import VisionTransformer
-
-    return {
-        name: p.default
-        for name, p in inspect.signature(VisionTransformer.__init__).parameters.items()
-        if p.default is not inspect.Parameter.empty
-    }
-
-
 def variant_args(name: str) -> dict[str, Any]:
     """The constructor arguments registered variant ``name`` is built with (its table entry over the defaults)."""
-    return {**_constructor_defaults(), **ARCHITECTURES[name]}
+    return {**DEFAULTS, **ARCHITECTURES[name]}
 
 
 def _same(a: Any, b: Any) -> bool:

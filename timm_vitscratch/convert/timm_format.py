@@ -16,14 +16,14 @@ from typing import Any
 
 import torch
 
+from ..choices import ACT_NAMES
 from ..errors import ConversionError, ModelArgsError
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap, Rule
 from ..layouts.timm import TimmLayout
 from ..models.architecture import Arch
-from ..models.model_args import check_architecture, check_model_args
+from ..models.model_args import DEFAULTS, check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
-from .shape_inference import _constructor_defaults
 from .source_format import (
     M,
     Reference,
@@ -34,8 +34,6 @@ from .source_format import (
     without_init,
 )
 
-#: activation names (timm's) a converted model may record as act_layer; GELU, the default, is recorded as nothing
-ACT_NAMES = ("quick_gelu", "gelu_tanh", "silu", "relu")
 LAYER_SCALE = re.compile(r"^blocks\.\d+\.(ls[12]\.gamma|gamma_[12])$")
 #: init_values recorded for a LayerScale checkpoint: any value builds the gammas, which are then loaded
 LAYER_SCALE_INIT = 1e-5
@@ -131,7 +129,6 @@ class TimmFormat(TimmLayout, SourceFormat):
     export_suffixes = (".safetensors", ".pth", ".pt", ".bin")
 
     def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-        accepted = _constructor_defaults()
         found: dict[str, Any] = {}
         if "reg_token" in shapes:
             found["reg_tokens"] = shapes["reg_token"][1]
@@ -155,9 +152,9 @@ class TimmFormat(TimmLayout, SourceFormat):
             found["qkv_bias"] = False
         if "blocks.0.attn.proj.weight" in shapes and "blocks.0.attn.proj.bias" not in shapes:
             found["proj_bias"] = False
-        if any(LAYER_SCALE.match(k) for k in shapes) and "init_values" in accepted:
+        if any(LAYER_SCALE.match(k) for k in shapes) and "init_values" in DEFAULTS:
             found["init_values"] = LAYER_SCALE_INIT
-        return {k: v for k, v in found.items() if k in accepted}
+        return {k: v for k, v in found.items() if k in DEFAULTS}
 
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         """Heads, LayerNorm eps, MLP activation (and image size) from a timm config.json beside the weights or
@@ -288,3 +285,7 @@ def representation_head(
         return torch.nn.functional.linear(features(x), params[2], params[3])
 
     return Reference(features, logits if len(params) == 4 else None, description)
+
+
+#: what conversion reads and writes of source timm (registered by that name in timm_vitscratch.choices.SOURCES)
+FORMAT = TimmFormat()

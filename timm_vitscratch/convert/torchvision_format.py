@@ -77,3 +77,7 @@ class TorchvisionFormat(TorchvisionLayout, SourceFormat):
             raise ConversionError("torchvision's VisionTransformer takes square images only")
         inverse = invert_renames(self.key_map(set(), arch.depth))
         return {target: rule for target, rule in inverse.items() if rule.sources[0] in keys}
+
+
+#: what conversion reads and writes of source torchvision (registered by that name in timm_vitscratch.choices.SOURCES)
+FORMAT = TorchvisionFormat()

@@ -13,18 +13,19 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from ..choices import MAX_EMBED_DIM, MAX_MLP_RATIO
 from ..errors import ConversionError, ModelArgsError
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
 from ..models.layers import to_2tuple
-from ..models.model_args import MAX_EMBED_DIM, MAX_MLP_RATIO, check_option
+from ..models.model_args import check_option
 from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
 
 #: transformers' own ViTConfig default; a bare state dict without config.json was made with it
 TRANSFORMERS_NORM_EPS = 1e-12
 
 
-#: config.json fields -> the model option whose bounds each keeps (models/model_args.py: one source per bound)
+#: config.json fields -> the model option whose bounds each keeps (models/model_args.py)
 BOUNDED_FIELDS = {
     "num_hidden_layers": "depth",
     "hidden_size": "embed_dim",
@@ -254,3 +255,7 @@ def _quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(level)
         if bars:
             logging.enable_progress_bar()
+
+
+#: what conversion reads and writes of source transformers (registered by that name in timm_vitscratch.choices.SOURCES)
+FORMAT = TransformersFormat()

@@ -19,11 +19,12 @@ from timm.data import create_transform, resolve_data_config
 from timm.models import split_model_name_tag
 from torch import nn
 
+from ..choices import MAX_IMG_SIDE
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write
 from ..gate.images import read_rgb_image
 from ..models import Block, VisionTransformer
-from ..models.model_args import MAX_IMG_SIDE, check_architecture, check_option
+from ..models.model_args import check_architecture, check_option
 from ..models.variants import ARCHITECTURES
 from .model_ref import check_scratch_model, has_weights, timm_model_name
 

@@ -1,5 +1,8 @@
 """Parameter accounting: the true count, the leaf-module count torchsummary prints, and the formulas.
 
+The true count is ``models.model_args.true_param_count``, which also bounds what a file may ask for (the
+model it describes, built on ``meta`` and counted); the formulas here explain it and are tested against it.
+
 torchsummary hooks every module except the model itself and containers and sums each one's
 ``weight`` and ``bias``. Parameters the model holds directly (class token, position embedding,
 distillation token) are never any module's weight or bias, so torchsummary does not see them.
@@ -13,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models.model_args import true_param_count  # the one count; the size bound counts a meta model with it
 from ..models.variants import ARCHITECTURES
 
 #: torchvision builders with the same architecture as a registered variant.
@@ -28,11 +32,6 @@ TORCHVISION_EQUIVALENTS = {
     "scratch_vit_l32_in21k": "vit_l_32",
     "scratch_vit_h14_in21k": "vit_h_14",
 }
-
-
-def true_param_count(model: nn.Module) -> int:
-    """Every parameter, including those held directly by the model (tokens, position table)."""
-    return sum(p.numel() for p in model.parameters())
 
 
 def hidden_parameters(model: nn.Module) -> dict[str, int]:

@@ -7,13 +7,12 @@ reference models, verification and export) both build on it.
 """
 
 from .checkpoint import Checkpoint, StateDictCheckpoint
-from .detect import LAYOUTS, SOURCE_NAMES, detect_layout
+from .detect import LAYOUTS, detect_layout
 from .layout import Layout, Resample
 from .reader import open_checkpoint
 
 __all__ = [
     "LAYOUTS",
-    "SOURCE_NAMES",
     "Checkpoint",
     "Layout",
     "Resample",

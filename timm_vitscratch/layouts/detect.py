@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
+from ..choices import SOURCES
 from ..errors import ConversionError, listed
 from .checkpoint import Checkpoint
-from .jax import JaxLayout
 from .layout import Layout
-from .timm import TimmLayout
-from .torchvision import TorchvisionLayout
-from .transformers import TransformersLayout
+
+
+def _layout_of(source: str) -> Layout:
+    """``LAYOUT`` of ``layouts/SOURCE.py``: a source is registered by its name in ``choices.SOURCES`` alone."""
+    layout: Layout = import_module(f"{__package__}.{source}").LAYOUT
+    return layout
+
 
 #: every layout, by the name ``--from`` takes
-LAYOUTS: dict[str, Layout] = {
-    layout.name: layout for layout in (TimmLayout(), TorchvisionLayout(), TransformersLayout(), JaxLayout())
-}
-SOURCE_NAMES = tuple(LAYOUTS)
+LAYOUTS: dict[str, Layout] = {source: _layout_of(source) for source in SOURCES}
 
 
 def detect_layout(checkpoint: Checkpoint, requested: str = "auto") -> tuple[str, bool]:
     """The name of the checkpoint's layout and whether it was detected (True) or given (False)."""
     if requested != "auto" and requested not in LAYOUTS:
-        raise ConversionError(f"unknown source format {requested!r}; expected auto or one of {', '.join(SOURCE_NAMES)}")
+        raise ConversionError(f"unknown source format {requested!r}; expected auto or one of {', '.join(SOURCES)}")
     keys = set(checkpoint.keys())
     found = [layout for layout in LAYOUTS.values() if layout.detect(keys)]
     if requested == "auto":

@@ -76,3 +76,7 @@ class JaxLayout(Layout):
             rules[f"{dst}attn.proj.weight"] = Rule((f"{src}{ATTN}out/kernel",), out_from_flax)
             rules[f"{dst}attn.proj.bias"] = Rule.rename(f"{src}{ATTN}out/bias")
         return rules
+
+
+#: the layout of source jax (registered by that name in timm_vitscratch.choices.SOURCES)
+LAYOUT = JaxLayout()

@@ -38,3 +38,7 @@ class TimmLayout(Layout):
                     checkpoint.path,
                 )
         return set()
+
+
+#: the layout of source timm (registered by that name in timm_vitscratch.choices.SOURCES)
+LAYOUT = TimmLayout()

@@ -42,3 +42,7 @@ class TorchvisionLayout(Layout):
         weight_and_bias(rules, "pre_logits.fc", "heads.pre_logits")
         weight_and_bias(rules, "head", "heads.head")
         return rules
+
+
+#: the layout of source torchvision (registered by that name in timm_vitscratch.choices.SOURCES)
+LAYOUT = TorchvisionLayout()

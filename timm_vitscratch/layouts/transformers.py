@@ -97,3 +97,7 @@ class TransformersLayout(Layout):
                 checkpoint.path,
             )
         return set()
+
+
+#: the layout of source transformers (registered by that name in timm_vitscratch.choices.SOURCES)
+LAYOUT = TransformersLayout()

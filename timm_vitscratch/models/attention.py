@@ -16,10 +16,9 @@ import torch.nn.functional as F
 from timm.layers import trunc_normal_tf_
 from torch import nn
 
+from ..choices import ATTN_IMPLS
 from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
 from .packing import PackedSegments, attend
-
-ATTN_IMPLS = ("sdpa", "eager")
 
 
 def check_attn_impl(attn_impl: str) -> str:

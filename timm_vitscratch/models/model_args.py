@@ -8,11 +8,14 @@ here before anything is built; anything else (``pretrained``, ``cache_dir``, ``c
 file write ever follows from a config. Where weights exist, the architecture must also agree with
 their shapes (:func:`shape_problems`) before a model is built, even on ``meta``.
 
-:func:`bounds_table` prints the table docs/guarantees.md shows.
+The options, their types and defaults are ``VisionTransformer``'s constructor signature; the names a
+named option takes and the size bounds are :mod:`timm_vitscratch.choices`; what is ours alone is here:
+the range of each number (:data:`RANGES`). :func:`bounds_table` prints the table docs/guarantees.md shows.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -20,37 +23,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from torch import nn
+
+from .. import choices
 from ..errors import ModelArgsError
 from ..layouts.safetensors_file import safetensors_header
-
-#: bounds for sizes a file may ask for; the largest published ViTs (ViT-H, ViT-G, ViT-22B) fit inside
-MAX_DEPTH = 64
-MAX_EMBED_DIM = 8192
-MAX_HEADS = 128
-MAX_NUM_CLASSES = 100_000
-MAX_IMG_SIDE = 4096
-MAX_PATCH_SIZE = 64
-MAX_PATCHES = 16_384  # patch-grid cells of one image (a 128x128 grid: 2048 px at patch 16)
-MAX_IN_CHANS = 64
-MAX_REG_TOKENS = 64
-MAX_MLP_RATIO = 16.0
-#: the whole model, estimated before building: 2e9 parameters is 8 GB in fp32 (ViT-G has 1.8e9)
-MAX_PARAMETERS = 2_000_000_000
-#: timm activation names a file may give as act_layer ('' and 'gelu': GELU, the default)
-ACT_NAMES = ("", "gelu", "quick_gelu", "gelu_tanh", "silu", "swish", "relu")
+from .vision_transformer import VisionTransformer
 
 
 @dataclass(frozen=True)
 class Option:
-    """One constructor option a file may set: its kind, bounds and meaning."""
+    """One constructor option a file may set: its kind and what it may be."""
 
     kind: str  # int | size | float | bool | choice
     low: Any = None
     high: Any = None
-    choices: tuple[Any, ...] = ()
+    ends: str = "[]"  # which ends of [low, high] are included: "[)" for rates < 1, "(]" for eps > 0
+    choices: tuple[str, ...] = ()
     nullable: bool = False
-    open_high: bool = False  # the upper bound itself is excluded (rates < 1)
-    open_low: bool = False  # the lower bound itself is excluded (eps > 0)
 
     def expected(self) -> str:
         if self.kind == "bool":
@@ -58,68 +48,68 @@ class Option:
         elif self.kind == "choice":
             text = "one of " + ", ".join(repr(c) for c in self.choices)
         else:
-            low, high = ("(" if self.open_low else "["), (")" if self.open_high else "]")
             what = {
                 "int": "an integer",
                 "float": "a finite number",
                 "size": "an integer or [height, width] of integers",
-            }[self.kind]
-            text = f"{what} in {low}{self.low:,}, {self.high:,}{high}"
+            }
+            text = f"{what[self.kind]} in {self.ends[0]}{self.low:,}, {self.high:,}{self.ends[1]}"
         return text + (", or null" if self.nullable else "")
 
 
-def _int(low: int, high: int, nullable: bool = False) -> Option:
-    return Option("int", low, high, nullable=nullable)
-
-
-def _rate() -> Option:
-    return Option("float", 0.0, 1.0, open_high=True)
-
-
-_BOOL = Option("bool")
-#: every option a file may set, with its bounds (names, meanings and defaults are the constructor's)
-OPTIONS: dict[str, Option] = {
-    "img_size": Option("size", 1, MAX_IMG_SIDE),
-    "patch_size": Option("size", 1, MAX_PATCH_SIZE),
-    "in_chans": _int(1, MAX_IN_CHANS),
-    "num_classes": _int(0, MAX_NUM_CLASSES),
-    "global_pool": Option("choice", choices=("token", "avg", "avgmax", "max", "map", "")),
-    "embed_dim": _int(1, MAX_EMBED_DIM),
-    "depth": _int(1, MAX_DEPTH),
-    "num_heads": _int(1, MAX_HEADS),
-    "mlp_ratio": Option("float", 0.0, MAX_MLP_RATIO, open_low=True),
-    "qkv_bias": _BOOL,
-    "qk_norm": _BOOL,
-    "proj_bias": _BOOL,
-    "init_values": Option("float", 0.0, 10.0, nullable=True),
-    "class_token": _BOOL,
-    "pos_embed": Option("choice", choices=("learn", "sincos", "none", "")),
-    "no_embed_class": _BOOL,
-    "reg_tokens": _int(0, MAX_REG_TOKENS),
-    "pre_norm": _BOOL,
-    "final_norm": _BOOL,
-    "fc_norm": Option("bool", nullable=True),
-    "pool_include_prefix": _BOOL,
-    "dynamic_img_size": _BOOL,
-    "dynamic_img_pad": _BOOL,
-    "drop_rate": _rate(),
-    "pos_drop_rate": _rate(),
-    "patch_drop_rate": _rate(),
-    "proj_drop_rate": _rate(),
-    "attn_drop_rate": _rate(),
-    "drop_path_rate": _rate(),
-    "weight_init": Option("choice", choices=("", "jax", "jax_nlhb", "moco", "reset", "skip")),
-    "norm_layer": Option("choice", choices=("layernorm",), nullable=True),
-    "act_layer": Option("choice", choices=ACT_NAMES, nullable=True),
-    "qk_scale": Option("float", 0.0, 100.0, nullable=True, open_low=True),
-    "representation_size": _int(1, MAX_EMBED_DIM, nullable=True),
-    "distilled": _BOOL,
-    "distilled_training": _BOOL,
-    "attn_impl": Option("choice", choices=("sdpa", "eager"), nullable=True),
-    "norm_eps": Option("float", 0.0, 0.1, open_low=True),
-    "pooled_forward": _BOOL,
-    "patchify_channels_last": _BOOL,
+#: the range of every number a file may set, ends included as marked (a number without one is not settable)
+RANGES: dict[str, tuple[float, float, str]] = {
+    "img_size": (1, choices.MAX_IMG_SIDE, "[]"),
+    "patch_size": (1, choices.MAX_PATCH_SIZE, "[]"),
+    "in_chans": (1, choices.MAX_IN_CHANS, "[]"),
+    "num_classes": (0, choices.MAX_NUM_CLASSES, "[]"),
+    "embed_dim": (1, choices.MAX_EMBED_DIM, "[]"),
+    "depth": (1, choices.MAX_DEPTH, "[]"),
+    "num_heads": (1, choices.MAX_HEADS, "[]"),
+    "mlp_ratio": (0.0, choices.MAX_MLP_RATIO, "(]"),
+    "init_values": (0.0, 10.0, "[]"),
+    "reg_tokens": (0, choices.MAX_REG_TOKENS, "[]"),
+    **dict.fromkeys(
+        ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate"),
+        (0.0, 1.0, "[)"),
+    ),
+    "qk_scale": (0.0, 100.0, "(]"),
+    "representation_size": (1, choices.MAX_EMBED_DIM, "[]"),
+    "norm_eps": (0.0, 0.1, "(]"),
 }
+#: the names a file may give a named option (the constructor takes more for some: module classes, callables)
+NAMES: dict[str, tuple[str, ...]] = {
+    "global_pool": choices.GLOBAL_POOLS,
+    "pos_embed": choices.POS_EMBEDS,
+    "weight_init": choices.WEIGHT_INITS,
+    "attn_impl": choices.ATTN_IMPLS,
+    "act_layer": choices.GELU_NAMES + choices.ACT_NAMES,
+    "norm_layer": choices.NORM_NAMES,
+}
+#: constructor arguments that say where the model is made, not what it is: never set by a file
+NOT_FROM_FILES = ("device", "dtype")
+#: an annotation (less None) -> the kind of value a file gives; other types (modules, callables) are not settable
+_KINDS = {"bool": "bool", "int": "int", "float": "float", "int | tuple[int, int]": "size", "str": "choice"}
+_PARAMETERS = inspect.signature(VisionTransformer.__init__).parameters
+
+
+def _option(name: str, parameter: inspect.Parameter) -> Option | None:
+    """What a file may give ``name``, from its annotation (text too) and our names and ranges; None: not settable."""
+    annotation = parameter.annotation
+    members = (annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)).split(" | ")
+    kind = "choice" if name in NAMES else _KINDS.get(" | ".join(m for m in members if m != "None"))
+    nullable = "None" in members
+    if name in NOT_FROM_FILES or kind is None or (kind == "choice") != (name in NAMES):
+        return None
+    if kind in ("bool", "choice"):
+        return Option(kind, choices=NAMES.get(name, ()), nullable=nullable)
+    return Option(kind, *RANGES[name], nullable=nullable) if name in RANGES else None
+
+
+#: every constructor argument's default
+DEFAULTS: dict[str, Any] = {n: p.default for n, p in _PARAMETERS.items() if p.default is not inspect.Parameter.empty}
+#: every option a file may set, with what it may be, in the constructor's order
+OPTIONS: dict[str, Option] = {n: o for n, p in _PARAMETERS.items() if (o := _option(n, p)) is not None}
 
 
 def _fail(where: str, name: str, value: Any, expected: str) -> ModelArgsError:
@@ -134,9 +124,9 @@ def _check_number(option: Option, value: Any) -> bool:
             return False
     elif type(value) not in (int, float) or not math.isfinite(value):
         return False
-    if value < option.low or (option.open_low and value == option.low):
+    if value < option.low or (option.ends[0] == "(" and value == option.low):
         return False
-    return value < option.high or (not option.open_high and value == option.high)
+    return bool(value < option.high or (option.ends[1] == "]" and value == option.high))
 
 
 def check_option(name: str, value: Any, where: str) -> Any:
@@ -164,7 +154,7 @@ def check_option(name: str, value: Any, where: str) -> Any:
 
 
 def check_model_args(args: Any, where: str) -> dict[str, Any]:
-    """``args`` (a file's ``model_args`` / ``model_kwargs``) checked option by option, then as a whole.
+    """``args`` (a file's ``model_args`` / ``model_kwargs``) checked option by option.
 
     Raises :class:`ModelArgsError` naming ``where``, the option, its value and what was expected.
     """
@@ -183,38 +173,44 @@ def _pair(value: Any) -> tuple[int, int]:
 
 
 def check_architecture(args: Mapping[str, Any], where: str) -> None:
-    """Cross-option bounds of a complete argument set (the variant's table entry under the file's options):
-    heads divide the width, patches fit the image, and the model is small enough to build."""
-    dim, heads = args.get("embed_dim", 768), args.get("num_heads", 12)
+    """A complete argument set (the variant's table entry under the file's options), as a whole: each option
+    inside its bounds, heads that divide the width, patches that fit the image, and a model small enough to
+    build, counted on ``meta`` (the cheap checks first keep that model's size bounded)."""
+    args = check_model_args(args, where)
+    full = {**DEFAULTS, **args}
+    dim, heads = full["embed_dim"], full["num_heads"]
     if dim % heads:
         raise ModelArgsError(f"{where}: num_heads {heads} does not divide embed_dim {dim}")
-    img, patch = _pair(args.get("img_size", 224)), _pair(args.get("patch_size", 16))
+    img, patch = _pair(full["img_size"]), _pair(full["patch_size"])
     if img[0] < patch[0] or img[1] < patch[1]:
         raise ModelArgsError(f"{where}: img_size {img} is smaller than patch_size {patch}")
     patches = (img[0] // patch[0]) * (img[1] // patch[1])
-    if patches > MAX_PATCHES:
+    if patches > choices.MAX_PATCHES:
         raise ModelArgsError(
-            f"{where}: img_size {img} at patch_size {patch} makes {patches:,} patches; expected at most {MAX_PATCHES:,}"
+            f"{where}: img_size {img} at patch_size {patch} makes {patches:,} patches; expected at most {choices.MAX_PATCHES:,}"
         )
-    estimate = estimated_parameters(args)
-    if estimate > MAX_PARAMETERS:
+    count = parameter_count(args, where)
+    if count > choices.MAX_PARAMETERS:
         raise ModelArgsError(
-            f"{where}: these options describe a model of about {estimate:,} parameters; expected "
-            f"at most {MAX_PARAMETERS:,}"
+            f"{where}: these options describe a model of {count:,} parameters; expected at most {choices.MAX_PARAMETERS:,}"
         )
 
 
-def estimated_parameters(args: Mapping[str, Any]) -> int:
-    """Parameters of the model ``args`` describe, to within the small terms (norms, biases of the stem)."""
-    dim, depth = args.get("embed_dim", 768), args.get("depth", 12)
-    hidden = int(dim * args.get("mlp_ratio", 4.0))
-    img, patch = _pair(args.get("img_size", 224)), _pair(args.get("patch_size", 16))
-    tokens = (img[0] // patch[0]) * (img[1] // patch[1]) + 1 + args.get("reg_tokens", 0)
-    width = args.get("representation_size") or dim
-    block = 4 * dim * dim + 2 * dim * hidden + 9 * dim + hidden
-    stem = args.get("in_chans", 3) * patch[0] * patch[1] * dim
-    head = (args.get("num_classes", 1000) + 1) * width + (width * dim if args.get("representation_size") else 0)
-    return depth * block + tokens * dim + stem + head * (2 if args.get("distilled") else 1)
+def true_param_count(model: nn.Module) -> int:
+    """Every parameter, including those held directly by the model (tokens, position table)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def parameter_count(args: Mapping[str, Any], where: str) -> int:
+    """Parameters of the model checked options ``args`` describe: the model built on ``meta`` (no storage), counted.
+
+    A combination the constructor refuses is a :class:`ModelArgsError` naming ``where``.
+    """
+    try:
+        model = VisionTransformer(**args, device="meta")
+    except (ValueError, TypeError) as err:
+        raise ModelArgsError(f"{where}: {err}") from None
+    return true_param_count(model)
 
 
 def check_label_names(names: Any, num_classes: int, where: str) -> list[str]:
@@ -241,40 +237,38 @@ def shape_problems(args: Mapping[str, Any], shapes: Mapping[str, Shape]) -> list
     tensors that fix each fact: blocks, width, patch, classes, representation layer, registers, position table.
     Checked before a model is built; the built model's exact shapes are compared afterwards."""
     problems = []
+    full = {**DEFAULTS, **args}
     blocks = {int(m.group(1)) for m in map(_BLOCK.match, shapes) if m}
-    if args.get("depth", 12) != len(blocks):
-        problems.append(f"depth {args.get('depth', 12)!r}, but the weights hold {len(blocks)} blocks")
+    if full["depth"] != len(blocks):
+        problems.append(f"depth {full['depth']!r}, but the weights hold {len(blocks)} blocks")
     stem = shapes.get("patch_embed.proj.weight")
     if stem is not None and len(stem) == 4:
-        if stem[0] != args.get("embed_dim", 768):
-            problems.append(f"embed_dim {args.get('embed_dim', 768)!r}, but patch_embed.proj.weight is {stem}")
-        if tuple(stem[2:]) != _pair(args.get("patch_size", 16)):
-            problems.append(f"patch_size {args.get('patch_size', 16)!r}, but patch_embed.proj.weight is {stem}")
+        if stem[0] != full["embed_dim"]:
+            problems.append(f"embed_dim {full['embed_dim']!r}, but patch_embed.proj.weight is {stem}")
+        if tuple(stem[2:]) != _pair(full["patch_size"]):
+            problems.append(f"patch_size {full['patch_size']!r}, but patch_embed.proj.weight is {stem}")
     head = shapes.get("head.weight")
-    classes = args.get("num_classes", 1000)
-    if (head[0] if head else 0) != classes:
-        problems.append(f"num_classes {classes!r}, but " + (f"head.weight is {head}" if head else "there is no head"))
-    rep = shapes.get("pre_logits.fc.weight")
-    if (rep[0] if rep else None) != args.get("representation_size"):
+    if (head[0] if head else 0) != full["num_classes"]:
         problems.append(
-            f"representation_size {args.get('representation_size')!r}, but "
+            f"num_classes {full['num_classes']!r}, but " + (f"head.weight is {head}" if head else "there is no head")
+        )
+    rep = shapes.get("pre_logits.fc.weight")
+    if (rep[0] if rep else None) != full["representation_size"]:
+        problems.append(
+            f"representation_size {full['representation_size']!r}, but "
             + (f"pre_logits.fc.weight is {rep}" if rep else "there is no representation layer")
         )
     reg = shapes.get("reg_token")
-    if (reg[1] if reg and len(reg) == 3 else 0) != args.get("reg_tokens", 0):
-        problems.append(f"reg_tokens {args.get('reg_tokens', 0)!r}, but reg_token is {reg}")
+    if (reg[1] if reg and len(reg) == 3 else 0) != full["reg_tokens"]:
+        problems.append(f"reg_tokens {full['reg_tokens']!r}, but reg_token is {reg}")
     pos = shapes.get("pos_embed")
-    if pos is not None and len(pos) == 3 and args.get("pos_embed", "learn") == "learn":
-        img, patch = _pair(args.get("img_size", 224)), _pair(args.get("patch_size", 16))
-        prefix = (
-            0
-            if args.get("no_embed_class")
-            else (int(args.get("class_token", True)) + int(bool(args.get("distilled"))) + args.get("reg_tokens", 0))
-        )
+    if pos is not None and len(pos) == 3 and full["pos_embed"] == "learn":
+        img, patch = _pair(full["img_size"]), _pair(full["patch_size"])
+        prefix = 0 if full["no_embed_class"] else int(full["class_token"]) + int(full["distilled"]) + full["reg_tokens"]
         need = (img[0] // patch[0]) * (img[1] // patch[1]) + prefix
         if pos[1] != need:
             problems.append(
-                f"img_size {args.get('img_size', 224)!r} needs a position table of {need} rows, but pos_embed is {pos}"
+                f"img_size {full['img_size']!r} needs a position table of {need} rows, but pos_embed is {pos}"
             )
     return problems
 
@@ -294,7 +288,7 @@ def check_saved_config(
     """
     args = check_model_args(model_args, f"{where} model_args")
     num_classes = check_option(
-        "num_classes", cfg.get("num_classes", args.get("num_classes", 1000)), f"{where} num_classes"
+        "num_classes", cfg.get("num_classes", args.get("num_classes", DEFAULTS["num_classes"])), f"{where} num_classes"
     )
     if args.get("num_classes", num_classes) != num_classes:
         raise ModelArgsError(
@@ -336,7 +330,7 @@ def bounds_table() -> str:
     rows += [f"| `{name}` | {option.expected()} |" for name, option in OPTIONS.items()]
     rows += [
         "",
-        f"Together: at most {MAX_PATCHES:,} patches per image, `num_heads` divides `embed_dim`, and at "
-        f"most {MAX_PARAMETERS:,} parameters (estimated before anything is built).",
+        f"Together: at most {choices.MAX_PATCHES:,} patches per image, `num_heads` divides `embed_dim`, and at "
+        f"most {choices.MAX_PARAMETERS:,} parameters (counted on `meta`, before anything is built).",
     ]
     return "\n".join(rows)

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from ..choices import MAX_PATCHES
 from ..errors import NaFlexBatchError
 from ..gate.naflex_batch import NaFlexBatch, NaFlexSpec, read_naflex_batch, shape_text
-from .model_args import MAX_PATCHES
 
 __all__ = [
     "MAX_PATCHES",

@@ -11,6 +11,7 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
+from ..choices import GLOBAL_POOLS, POS_EMBEDS
 from ..errors import NaFlexBatchError
 from ..private_api import record_input_size
 from . import intermediates, naflex, naflex_batch, pooling, storage
@@ -33,8 +34,6 @@ from .patch_embed import PatchEmbed
 from .position import position_encoding
 from .weight_init import apply_init, check_weight_init, scheme
 
-GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
-POS_EMBEDS = ("learn", "sincos", "none", "")
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
 

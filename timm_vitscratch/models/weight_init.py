@@ -20,8 +20,7 @@ import torch
 from timm.layers import lecun_normal_, trunc_normal_
 from torch import nn
 
-#: Weight-init schemes, as timm's ``weight_init`` argument names them.
-WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
+from ..choices import WEIGHT_INITS
 
 #: ``init(module, role, needs_reset)``: one scheme's rule for one module
 InitFn = Callable[[nn.Module, str, bool], None]

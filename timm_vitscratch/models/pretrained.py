@@ -30,8 +30,6 @@ from huggingface_hub import get_session, try_to_load_from_cache
 from huggingface_hub.utils import build_hf_headers, httpx
 from timm.models import get_pretrained_cfg
 
-from ..errors import PretrainedWeightsUnavailable
-
 #: Each variant's tags in the order timm lists its own (its first is the default), then torchvision's, then
 #: Google's: ``create_model(variant, pretrained=True)`` loads the first, as timm does for an untagged name.
 TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weights in the repo timm/<that>)
@@ -398,10 +396,11 @@ def unavailable_weights_message(name: str, source: WeightsSource, why: str, cach
     )
 
 
-def weights_without_network(name: str, source: WeightsSource) -> str | None:
+def weights_without_network(name: str, source: WeightsSource, error_type: Callable[[str], Exception]) -> str | None:
     """Before a load fetches anything: None when the weights' server answers (or the load needs no network);
     the commit to load from the cache when the Hub cannot be reached and the cache holds the weights.
-    Raises :class:`~timm_vitscratch.errors.PretrainedWeightsUnavailable` at once otherwise."""
+    Raises ``error_type`` (the loader's :class:`~timm_vitscratch.errors.PretrainedWeightsUnavailable`) at once
+    otherwise."""
     if source.kind == "url" and source.cache_path.is_file():
         return None  # torch.hub reads its cache without asking
     error = unreachable(source)
@@ -416,7 +415,7 @@ def weights_without_network(name: str, source: WeightsSource) -> str | None:
             f"the Hugging Face cache holds only {found[0]} (commit {found[1]}); set HF_HUB_OFFLINE=1 to load it "
             "from there"
         )
-    raise PretrainedWeightsUnavailable(unavailable_weights_message(name, source, not_reached(source, error), held))
+    raise error_type(unavailable_weights_message(name, source, not_reached(source, error), held))
 
 
 # --- Hub weights, fetched through the Hub client's checks before timm loads them ---------------------------

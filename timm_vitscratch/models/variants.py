@@ -363,7 +363,11 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     # a fresh model is initialised once (not first by nn.Linear's default and then again).
     on_meta = cfg is not None and _loads_from_storage(cfg)
     # one short request first: no network fails in seconds (or loads the cached weights), not after retries
-    offline_commit = weights_without_network(name, source) if source is not None and not is_offline_mode() else None
+    offline_commit = (
+        weights_without_network(name, source, PretrainedWeightsUnavailable)
+        if source is not None and not is_offline_mode()
+        else None
+    )
     pinned = False
     try:  # timm's own download path; only its failure to fetch is put in words
         if cfg is not None and source is not None and offline_commit is not None:

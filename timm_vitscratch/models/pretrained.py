@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import get_session, try_to_load_from_cache
-from huggingface_hub.utils import build_hf_headers, httpx
+from huggingface_hub.utils import httpx
 from timm.models import get_pretrained_cfg
 
 #: Each variant's tags in the order timm lists its own (its first is the default), then torchvision's, then
@@ -314,14 +314,12 @@ def unreachable(source: WeightsSource) -> Exception | None:
     two files for a tag), and a server that takes the connection but never answers holds every request for
     its whole timeout (torch.hub's downloads have none). One short request first says it in seconds.
     """
-    if source.kind == "hf-hub":
-        url, headers = hf_constants.ENDPOINT.rstrip("/") + "/", build_hf_headers(token=False)
-    else:
-        url, headers = source.location, {}
+    # a bare request: huggingface_hub's build_hf_headers may itself ask the endpoint for its agent registry first
+    url = hf_constants.ENDPOINT.rstrip("/") + "/" if source.kind == "hf-hub" else source.location
     if urlparse(url).scheme not in ("http", "https"):
         return None
     try:
-        get_session().head(url, headers=headers, timeout=probe_seconds(), follow_redirects=False)
+        get_session().head(url, timeout=probe_seconds(), follow_redirects=False)
     except httpx.TransportError as error:
         return error
     return None

@@ -62,7 +62,7 @@ class NaFlexBatchError(ValueError):
 
 
 #: how a message tells a Python caller what to pass -> how the CLI says the same (``in_cli_words``)
-CLI_WORDS = {"force=True": "--force"}
+CLI_WORDS = {"force=True": "--force", "online=True": "--online"}
 
 
 def in_cli_words(message: str) -> str:

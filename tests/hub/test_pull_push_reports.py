@@ -54,9 +54,10 @@ def test_with_online_a_pull_refuses_the_cache_when_the_hub_cannot_be_asked(cache
         assert cli_main(["pull", "--online", repo, str(tmp_path / "cli")]) == 2
     assert str(caught.value) == (
         f"{repo}@main: the Hub at {endpoint} could not be asked (ConnectError: [Errno 111] Connection refused), and "
-        "the pull was to ask the Hub (online): the local cache was not used, nothing was installed"
+        "online=True asks for the Hub itself: the local cache was not used, nothing was installed"
     )
-    assert capsys.readouterr().err == f"vitscratch: error: {caught.value}\n"
+    cli_words = str(caught.value).replace("online=True", "--online")
+    assert capsys.readouterr().err == f"vitscratch: error: {cli_words}\n"
     assert not (tmp_path / "out").exists() and not (tmp_path / "cli").exists()
 
 
@@ -65,7 +66,7 @@ def test_offline_mode_pull_names_the_cached_commit(cached_repo, tmp_path, monkey
     use_hub(monkeypatch, "http://127.0.0.1:9", tmp_path / "hf-home", offline=True)
     with pytest.warns(HubUnreachableWarning, match=f"HF_HUB_OFFLINE=1 is set; installing .* commit {commit}, cached "):
         hub.pull(repo, tmp_path / "out")
-    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE=1 is set, and the pull was to ask the Hub"):
+    with pytest.raises(ConnectionError, match="HF_HUB_OFFLINE=1 is set, and online=True asks for the Hub itself"):
         hub.pull(repo, tmp_path / "refused", online=True)
 
 

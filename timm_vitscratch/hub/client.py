@@ -523,7 +523,7 @@ def _refuse_the_cache(label: str, error: Exception) -> None:
     if isinstance(error, HfHubHTTPError):
         raise error
     raise ConnectionError(
-        f"{label}: {_not_asked(error)}, and the pull was to ask the Hub (online): the local cache was not used, "
+        f"{label}: {_not_asked(error)}, and online=True asks for the Hub itself: the local cache was not used, "
         "nothing was installed"
     ) from error
 

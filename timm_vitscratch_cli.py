@@ -9,10 +9,12 @@ imports what it needs when it runs. ``python -m timm_vitscratch.cli`` runs the s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn
@@ -139,26 +141,51 @@ def _error(message: str) -> int:
     return 2
 
 
+@contextlib.contextmanager
+def _hub_output() -> Iterator[None]:
+    """huggingface_hub's output during a push or pull: its progress bars (on stderr) only where stderr is a
+    terminal, unless HF_HUB_DISABLE_PROGRESS_BARS says otherwise, and none of its log lines (retries,
+    skipped files): the command says what happened itself. Both settings are put back afterwards."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+    from huggingface_hub.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        chosen = constants.HF_HUB_DISABLE_PROGRESS_BARS is not None or are_progress_bars_disabled()
+        with contextlib.nullcontext() if chosen or sys.stderr.isatty() else disable_progress_bars():
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def _cmd_push(args: argparse.Namespace) -> int:
     from timm_vitscratch.errors import PretrainedWeightsUnavailable
-    from timm_vitscratch.hub.client import push
+    from timm_vitscratch.hub.client import NothingToPush, push
 
     try:
-        info = push(
-            args.source,
-            args.repo_id,
-            revision=args.revision,
-            private=args.private,
-            commit_message=args.commit_message,
-            labels=args.labels,
-            replace_card=args.replace_card,
-            strict=args.strict,
-        )
+        with _hub_output():
+            info = push(
+                args.source,
+                args.repo_id,
+                revision=args.revision,
+                private=args.private,
+                commit_message=args.commit_message,
+                labels=args.labels,
+                replace_card=args.replace_card,
+                strict=args.strict,
+            )
     except PretrainedWeightsUnavailable:
         raise  # the tag's source failed, not REPO_ID: its own message names the repo or URL
     except Exception as error:
         return _hub_failure(error, args.repo_id, args.revision)
-    print(f"pushed {args.source} to {args.repo_id}@{args.revision or 'main'}: commit {info.oid}")
+    if isinstance(info, NothingToPush):
+        print(
+            f"nothing to push: the Hub already has these files at {info.oid} ({args.repo_id}@{args.revision or 'main'})"
+        )
+    else:
+        print(f"pushed {args.source} to {args.repo_id}@{args.revision or 'main'}: commit {info.oid}")
     return 0
 
 
@@ -166,7 +193,15 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     from timm_vitscratch.hub.client import pull
 
     try:
-        out_dir = pull(args.repo_id, args.out_dir, revision=args.revision, force=args.force, strict=args.strict)
+        with _hub_output():
+            out_dir = pull(
+                args.repo_id,
+                args.out_dir,
+                revision=args.revision,
+                force=args.force,
+                strict=args.strict,
+                online=args.online,
+            )
     except Exception as error:
         return _hub_failure(error, args.repo_id, args.revision)
     print(f"installed {args.repo_id}@{args.revision or 'main'} into {out_dir} (sha256 verified)")
@@ -327,6 +362,12 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     p_pull.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
     p_pull.add_argument(
         "--strict", action="store_true", help="refuse weights holding NaN or Inf (default: install them with a warning)"
+    )
+    p_pull.add_argument(
+        "--online",
+        action="store_true",
+        help="fail when the Hub cannot be asked (default: install the local cache's copy of the revision, "
+        "and say which commit and from when)",
     )
     p_pull.set_defaults(func=_cmd_pull)
 

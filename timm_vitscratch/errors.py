@@ -44,7 +44,8 @@ class PretrainedWeightsUnavailable(OSError):
     """A pretrained tag's weights could not be fetched (no network, ``HF_HUB_OFFLINE=1``, an unreachable URL).
 
     The message names the tag, the Hub repo or URL the weights come from, the cache path where they
-    would be found, and how to provide them offline. The download's own error is the ``__cause__``.
+    would be found, and how to provide them offline. It is raised alone (``from None``): the download's own
+    error, when there was one, is kept as its ``__context__``.
     """
 
 
@@ -61,7 +62,7 @@ class NaFlexBatchError(ValueError):
 
 
 #: how a message tells a Python caller what to pass -> how the CLI says the same (``in_cli_words``)
-CLI_WORDS = {"force=True": "--force"}
+CLI_WORDS = {"force=True": "--force", "online=True": "--online"}
 
 
 def in_cli_words(message: str) -> str:

@@ -20,15 +20,18 @@ import stat
 import tempfile
 import warnings
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 import timm
 from huggingface_hub import (
+    CommitInfo,
     CommitOperationAdd,
     CommitOperationCopy,
     CommitOperationDelete,
     HfApi,
+    ModelInfo,
     hf_hub_download,
 )
 from huggingface_hub.constants import DEFAULT_REVISION
@@ -120,7 +123,9 @@ def push(
     the repo is created. ``labels`` (a list, a file with one name per line, or an image folder's class
     directories) become the pushed ``config.json``'s ``label_names``, one per class; the source directory is
     left as it is. Weights holding NaN or Inf are pushed with a warning, or refused with ``strict=True``.
-    Returns ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id).
+    Returns ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id). When the branch already holds
+    these bytes, nothing is committed: the return is a :class:`NothingToPush` (a ``CommitInfo``) whose ``.oid``
+    is the branch's commit.
     """
     if revision is not None and COMMIT_ID.fullmatch(revision):
         raise ValueError(f"--revision {revision!r} looks like a commit id: push to a branch name")
@@ -136,7 +141,7 @@ def push(
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, DEFAULT_REVISION):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        head = api.model_info(repo_id, revision=revision)  # what the branch holds before the push
+        head = api.model_info(repo_id, revision=revision, files_metadata=True)  # the branch before the push
         parent = _commit_id(head.sha, repo_id, revision)
         held = {f.rfilename for f in head.siblings or ()}
         if card is None and (replace_card or README_NAME not in held):
@@ -147,6 +152,14 @@ def push(
         sent = {name: _digests(io.BytesIO(data)) for name, data in contents.items()}
         with open(staging / WEIGHTS_NAME, "rb") as weights:
             sent[WEIGHTS_NAME] = _digests(weights)
+        if not _differences(head, sent):  # no empty commit, and no upload of what the Hub holds
+            return NothingToPush(
+                commit_url=f"{api.endpoint}/{repo_id}/commit/{parent}",
+                commit_message="",
+                commit_description="",
+                oid=parent,
+                _endpoint=api.endpoint,
+            )
         operations = [CommitOperationAdd(name, data) for name, data in contents.items()]
         # the private copy, by path: huggingface_hub then shows its upload progress
         operations.insert(1, CommitOperationAdd(WEIGHTS_NAME, staging / WEIGHTS_NAME))
@@ -159,6 +172,10 @@ def push(
         )
     _verify_commit(api, repo_id, revision, _commit_id(info.oid, repo_id, revision), parent, held, sent)
     return info
+
+
+class NothingToPush(CommitInfo):
+    """What :func:`push` returns when the branch already holds the files: no commit; ``.oid`` is the branch's."""
 
 
 def _commit_id(value: Any, repo_id: str, revision: str | None) -> str:
@@ -206,7 +223,11 @@ def _verify_commit(
 
 def _reported_mismatches(api: HfApi, repo_id: str, commit: str, sent: dict[str, Digests]) -> list[str]:
     """Each file of ``sent`` that the Hub, at ``commit``, reports with other bytes (or not at all)."""
-    info = api.model_info(repo_id, revision=commit, files_metadata=True)
+    return _differences(api.model_info(repo_id, revision=commit, files_metadata=True), sent)
+
+
+def _differences(info: ModelInfo, sent: dict[str, Digests]) -> list[str]:
+    """Each file of ``sent`` that ``info`` (asked with ``files_metadata``) reports with other bytes, or not at all."""
     reported = {f.rfilename: f for f in info.siblings or ()}
     wrong = []
     for name, (size, sha256, blob) in sent.items():
@@ -354,6 +375,7 @@ def pull(
     deadline_s: float | None = None,
     stall_s: float | None = None,
     stall_bytes: int | None = None,
+    online: bool = False,
 ) -> Path:
     """Download ``repo_id`` at ``revision`` (branch or commit id) and install it into ``out_dir``.
 
@@ -376,6 +398,11 @@ def pull(
     where the arguments are not given. A refused answer, a stalled or overlong download raises
     :class:`~timm_vitscratch.hub.failures.HubAnswerError` (a ``ValueError``) naming the repo and the problem.
 
+    Where the Hub cannot be asked (no connection, a time-out, an HTTP error, ``HF_HUB_OFFLINE=1``), the
+    revision's snapshot in the local cache is installed, as huggingface_hub would use it, and a
+    :class:`HubUnreachableWarning` says so: which commit, and when the cache got it. With ``online=True`` the
+    pull refuses instead (a ``ConnectionError``; the Hub's own HTTP error as it is).
+
     Weights that arrive damaged (their sha256 is not the Hub's LFS sha256) are downloaded once more;
     if they are damaged again the pull fails and the damaged copy is removed from the cache.
     Pulls into one ``out_dir`` may run at once: one installs; the others end quietly when it installed the
@@ -393,7 +420,7 @@ def pull(
     if _occupied(out_dir) and not force:
         raise FileExistsError(f"{out_dir} is not empty; pull into a new directory or pass force=True")
     label = f"{repo_id}@{revision or DEFAULT_REVISION}"
-    snapshot = _download(repo_id, revision, token, label, limits)
+    snapshot = _download(repo_id, revision, token, label, limits, online)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with staged(out_dir, directory=True) as staging:
         for name in REPO_FILES:
@@ -410,7 +437,12 @@ def _occupied(directory: Path) -> bool:
 
 
 def _download(
-    repo_id: str, revision: str | None, token: str | None, label: str, limits: TransferLimits | None = None
+    repo_id: str,
+    revision: str | None,
+    token: str | None,
+    label: str,
+    limits: TransferLimits | None = None,
+    online: bool = False,
 ) -> Path:
     """The repo's files in the Hugging Face cache, each the bytes the Hub lists.
 
@@ -419,7 +451,8 @@ def _download(
     tell which. Damaged files are downloaded once more; damaged again, they are removed from the cache and
     the pull fails. Otherwise (or offline, where the Hub cannot be asked) :func:`check_model_directory`
     says what is wrong. Where the Hub cannot be reached (offline, a connection or server error), the
-    cached snapshot of the revision is used, as huggingface_hub's ``snapshot_download`` does.
+    cached snapshot of the revision is used, as huggingface_hub's ``snapshot_download`` does, and said
+    (:class:`HubUnreachableWarning`); with ``online`` the pull fails instead.
     """
     validate_repo_id(repo_id)
     revision = revision or DEFAULT_REVISION
@@ -429,6 +462,8 @@ def _download(
         except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled, HfHubHTTPError) as error:
             if isinstance(error, (httpx.ProxyError, RevisionNotFoundError)):
                 raise
+            if online:
+                _refuse_the_cache(label, error)
             return _cached(repo_id, revision, label, error)
         snapshot = _fetch(repo_id, commit, files, token, guard)
         record_revision(repo_id, revision, commit)
@@ -471,10 +506,46 @@ def _fetch(
     return snapshot
 
 
+class HubUnreachableWarning(UserWarning):
+    """A pull installed the local cache's copy of the revision because the Hub could not be asked."""
+
+
+def _not_asked(error: Exception) -> str:
+    """Why the Hub was not asked, in a few words."""
+    if isinstance(error, OfflineModeIsEnabled):
+        return "HF_HUB_OFFLINE=1 is set"
+    lines = str(error).strip().splitlines()
+    return f"the Hub at {hub_api().endpoint} could not be asked ({type(error).__name__}: {lines[0] if lines else ''})"
+
+
+def _refuse_the_cache(label: str, error: Exception) -> None:
+    """``online``: the Hub's own HTTP answer as it is; otherwise that the Hub was not asked."""
+    if isinstance(error, HfHubHTTPError):
+        raise error
+    raise ConnectionError(
+        f"{label}: {_not_asked(error)}, and online=True asks for the Hub itself: the local cache was not used, "
+        "nothing was installed"
+    ) from error
+
+
+def cached_at(snapshot: Path) -> str:
+    """When the cache got ``snapshot``: the newest of its entries' own times (a link's, not its blob's), in UTC."""
+    newest = max(entry.lstat().st_mtime for entry in [snapshot, *snapshot.iterdir()])
+    return datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _cached(repo_id: str, revision: str, label: str, error: Exception) -> Path:
-    """The cached snapshot to use when the Hub cannot be asked, or the error that says why there is none."""
+    """The cached snapshot to use when the Hub cannot be asked (said in a warning), or the error that says why
+    there is none."""
     snapshot = cached_snapshot(repo_id, revision, PULL_REQUIRED, HubAnswerError)
     if snapshot is not None:
+        warnings.warn(
+            HubUnreachableWarning(
+                f"{label}: {_not_asked(error)}; installing the local cache's copy instead: commit {snapshot.name}, "
+                f"cached {cached_at(snapshot)}"
+            ),
+            stacklevel=4,
+        )
         return snapshot
     if isinstance(error, (RepositoryNotFoundError, GatedRepoError)) or (
         isinstance(error, HfHubHTTPError) and error.response is not None and error.response.status_code == 401

@@ -31,13 +31,16 @@ from .checkpoint_filter import checkpoint_filter_fn
 from .model_args import check_label_names, check_saved_config, safetensors_shapes
 from .pretrained import (
     HUB_WEIGHTS_FILE,
+    OFFLINE,
     WeightsSource,
+    download_failed,
     fetch_hub_weights,
     imagenet_label_names,
     pretrained_tags,
     tag_model_args,
     unavailable_weights_message,
     weights_source,
+    weights_without_network,
 )
 from .vision_transformer import VisionTransformer
 
@@ -326,7 +329,8 @@ FETCH_ERRORS = (
 
 
 def _fetch_failure(name: str, source: WeightsSource, error: BaseException | None) -> PretrainedWeightsUnavailable:
-    return PretrainedWeightsUnavailable(unavailable_weights_message(name, source, error, offline=is_offline_mode()))
+    why = OFFLINE if is_offline_mode() or error is None else download_failed(error)
+    return PretrainedWeightsUnavailable(unavailable_weights_message(name, source, why))
 
 
 def _fetch_first(source: WeightsSource) -> bool:
@@ -358,9 +362,19 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
     # a fresh model is initialised once (not first by nn.Linear's default and then again).
     on_meta = cfg is not None and _loads_from_storage(cfg)
+    # one short request first: no network fails in seconds (or loads the cached weights), not after retries
+    offline_commit = (
+        weights_without_network(name, source, PretrainedWeightsUnavailable)
+        if source is not None and not is_offline_mode()
+        else None
+    )
     pinned = False
     try:  # timm's own download path; only its failure to fetch is put in words
-        if cfg is not None and source is not None and _fetch_first(source):
+        if cfg is not None and source is not None and offline_commit is not None:
+            overlay = dict(kwargs.get("pretrained_cfg_overlay") or {})
+            model_args["pretrained_cfg_overlay"] = {**overlay, "hf_hub_id": f"{source.repo_id}@{offline_commit}"}
+            pinned = True
+        elif cfg is not None and source is not None and _fetch_first(source):
             # the weights through the Hub client's checks first, then timm is handed the repo at the commit
             # they are at: it finds them in the cache and asks the Hub nothing more
             repo_id, _, revision = source.location.partition("@")
@@ -379,7 +393,7 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     except FETCH_ERRORS as err:
         if source is None:
             raise
-        raise _fetch_failure(name, source, err) from err
+        raise _fetch_failure(name, source, err) from None  # the message holds the cause; __context__ keeps it
     built_cfg = getattr(model, "pretrained_cfg", None)
     if pinned and isinstance(built_cfg, dict) and cfg is not None:
         built_cfg["hf_hub_id"] = cfg.hf_hub_id  # what was asked for, as timm records it without the pinning

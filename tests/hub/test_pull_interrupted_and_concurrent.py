@@ -31,6 +31,8 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub import cache
 from timm_vitscratch.install import ConcurrentWriteError
 
+pytestmark = pytest.mark.slow  # killed and concurrent pull processes
+
 
 def pull_in_child(repo, out, stage):
     """Fork a child that pulls ``repo`` into ``out`` with ``--force`` and stops at ``stage`` for the kill:

@@ -3,9 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from timm_vitscratch.cli import main
 
 
+@pytest.mark.slow  # the summary of full-size models
 def test_summary_explains_both_counts(capsys):
     assert main(["summary", "scratch_vit_b16", "--num-classes", "5"]) == 0
     out = capsys.readouterr().out
@@ -13,6 +16,7 @@ def test_summary_explains_both_counts(capsys):
         assert text in out
 
 
+@pytest.mark.slow  # every variant built and counted
 def test_list_has_every_variant_and_torchvision_agrees(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -21,6 +25,7 @@ def test_list_has_every_variant_and_torchvision_agrees(capsys):
     assert out.count("scratch_") == 15
 
 
+@pytest.mark.slow  # the CLI in a process
 def test_unknown_model_suggests_close_names():
     result = subprocess.run(
         [sys.executable, "-m", "timm_vitscratch.cli", "summary", "scratch_vit_b61"], capture_output=True, text=True
@@ -46,6 +51,7 @@ def test_help_and_version_import_neither_torch_nor_timm_nor_the_package():
     assert "usage: vitscratch convert" in done.stdout and "--strict" in done.stdout
 
 
+@pytest.mark.slow  # the CLI in a process
 def test_version_is_the_packages():
     import timm_vitscratch
 
@@ -61,6 +67,7 @@ def test_choices_shown_by_help_are_the_librarys():
     assert cli.DTYPE_CHOICES == DTYPE_NAMES and cli.EXPORT_CHOICES == EXPORT_TARGETS
 
 
+@pytest.mark.slow  # vitscratch list in processes
 def test_a_closed_pipe_ends_quietly_with_status_0():
     """`vitscratch list | head -1`: the reader has gone before the table is written."""
     command = f"set -o pipefail; {sys.executable} -m timm_vitscratch.cli list --no-reference | true"
@@ -71,6 +78,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0():
     assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith("model ")
 
 
+@pytest.mark.slow  # the summary of full-size models
 def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
     from tests.support import tiny
     from timm_vitscratch.model_dir import save_model_directory
@@ -90,6 +98,7 @@ def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
     assert "scratch_vit_b16 has no pretrained tag 'no_such_tag'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # push and read through the local Hub server
 def test_summary_and_attention_take_hf_hub_models(hub_env, tmp_path, capsys):
     from PIL import Image
 

@@ -8,7 +8,11 @@ import ast
 import subprocess
 import zipfile
 
+import pytest
+
 from tests.support.environments import env
+
+pytestmark = pytest.mark.slow  # builds the wheel and a venv
 
 USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull"}
 TEST_MACHINERY = (

@@ -11,6 +11,8 @@ import pytest
 from tests.timm_suite import timm_tests
 from tests.timm_suite.conftest import OUR_MODELS
 
+pytestmark = pytest.mark.slow  # timm's own model tests, in a child pytest
+
 
 @pytest.mark.parametrize("model", list(OUR_MODELS))
 @pytest.mark.parametrize("test", timm_tests.PER_MODEL_TESTS)

@@ -31,13 +31,24 @@ REFERENCE_MODELS = ["vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "
 class SuiteRun:
     """The session's run of timm's tests: its outcomes, or why there are none (and which test said so)."""
 
-    outcomes: timm_tests.Outcomes
+    found: timm_tests.Outcomes
     failure: str = ""
     told_by: str = ""
+
+    def outcomes(self, asking: str) -> timm_tests.Outcomes:
+        """``{(timm test, model): [(outcome, message)]}``; if the run did not finish, the first test to ask
+        (``asking``: its node id) fails with the one line saying why, and every later one is not run."""
+        if self.failure and not self.told_by:
+            self.told_by = asking
+            pytest.fail(self.failure, pytrace=False)
+        if self.failure:  # raised here, so pytest reports all of them on one line
+            pytest.skip(f"not run: timm's model suite did not complete ({self.told_by} failed saying why)")
+        return self.found
 
 
 @pytest.fixture(scope="session")
 def timm_suite_run(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
+    """timm's tests run over our models and timm's reference ViTs, or why they did not finish."""
     models = [*OUR_MODELS, *REFERENCE_MODELS]
     started = time.perf_counter()
     try:
@@ -48,15 +59,3 @@ def timm_suite_run(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
     title = f"timm {timm.__version__} tests/test_models.py ({time.perf_counter() - started:.0f} s)"
     timm_tests.LAST_RUN.update(section=(title, timm_tests.table(outcomes, REFERENCE_MODELS + list(OUR_MODELS))))
     return SuiteRun(outcomes)
-
-
-@pytest.fixture
-def timm_suite_outcomes(timm_suite_run: SuiteRun, request: pytest.FixtureRequest) -> timm_tests.Outcomes:
-    """``{(timm test, model): [(outcome, message)]}`` for our models and timm's reference ViTs."""
-    run = timm_suite_run
-    if run.failure and not run.told_by:
-        run.told_by = request.node.nodeid
-        pytest.fail(run.failure, pytrace=False)
-    if run.failure:
-        pytest.skip(f"not run: timm's model suite did not complete (the failure of {run.told_by} says why)")
-    return run.outcomes

@@ -227,9 +227,10 @@ def run(
         except subprocess.TimeoutExpired:
             child.kill()
             output, _ = child.communicate()
+            ran = time.monotonic() - started
             raise SuiteIncomplete(
                 f"timm's model suite (tests/timm_suite: timm {timm.__version__}'s {TEST_FILE} in a child pytest) "
-                f"was stopped at its time limit of {timeout:.0f} s ({timeout_origin or 'given'}), after {time.monotonic() - started:.0f} s "
+                f"was stopped at its time limit of {timeout:.0f} s ({timeout_origin or 'given'}), after {ran:.0f} s "
                 f"with {progress(output)} of its tests done; a slow or busy machine is the likely cause, not a "
                 f"failing test: raise the limit with {TIMEOUT_VARIABLE}=SECONDS (0: none)"
             ) from None

@@ -7,6 +7,7 @@ repository; the installed ``vitscratch`` offers only user commands.
 import ast
 import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_installed_cli_lists_only_user_commands(wheel_venv, tmp_path):
     assert not imported & {"torch", "timm", "timm_vitscratch"}, sorted(imported & {"torch", "timm", "timm_vitscratch"})
 
 
-def test_wheel_requires_what_the_package_imports_and_offers_the_extras(built_wheel):
+def test_wheel_requires_what_the_package_imports_and_offers_the_extras(built_wheel: Path) -> None:
     """The wheel's metadata states pyproject.toml's dependencies and extras (tests/packaging/test_dependencies.py
     checks those against the imports): no plotting, YAML or progress-bar library among the runtime ones."""
     from tests.packaging.test_dependencies import _names, _project

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.timm_suite import timm_tests
-from tests.timm_suite.conftest import OUR_MODELS
+from tests.timm_suite.conftest import OUR_MODELS, SuiteRun
 
 pytestmark = pytest.mark.slow  # timm's own model tests, in a child pytest
 
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow  # timm's own model tests, in a child pytest
     ("test", "model"),
     [(test, model) for test in timm_tests.PER_MODEL_TESTS for model in OUR_MODELS if timm_tests.selected(test, model)],
 )
-def test_timm_model_test_passes(timm_suite_run, request, test, model):
+def test_timm_model_test_passes(
+    timm_suite_run: SuiteRun, request: pytest.FixtureRequest, test: str, model: str
+) -> None:
     outcomes = timm_suite_run.outcomes(request.node.nodeid)
     reference = OUR_MODELS[model]
     results = outcomes.get((test, model), [])
@@ -34,7 +36,7 @@ def test_timm_model_test_passes(timm_suite_run, request, test, model):
 @pytest.mark.parametrize(
     "test", [test for test in timm_tests.PER_MODEL_TESTS if timm_tests.selected(test, "vit_tiny_patch16_224")]
 )
-def test_timm_own_vit_passes(timm_suite_run, request, test):
+def test_timm_own_vit_passes(timm_suite_run: SuiteRun, request: pytest.FixtureRequest, test: str) -> None:
     """The control: run this way, timm's tests select and pass timm's own ViT-Ti/16."""
     outcomes = timm_suite_run.outcomes(request.node.nodeid)
     assert timm_tests.summary(outcomes, test, "vit_tiny_patch16_224") == "passed", outcomes.get(

@@ -17,6 +17,8 @@ from timm_vitscratch.convert.plan import TAG_PROVENANCE
 from timm_vitscratch.errors import VerificationError
 from timm_vitscratch.model_dir import METADATA_KEY
 
+pytestmark = pytest.mark.slow  # off-table architectures converted and verified
+
 X = batch(64)
 
 

@@ -34,6 +34,7 @@ def _save(model, path):
     return path
 
 
+@pytest.mark.slow  # three verified conversions
 def test_wrong_head_count_is_verified_only_under_the_assumption(tmp_path):
     """The issue's case: a bare timm state dict at width 384 with 12 heads converts with 6 assumed, and the
     reference, built under the same assumption, agrees; the real model does not."""
@@ -54,6 +55,7 @@ def test_wrong_head_count_is_verified_only_under_the_assumption(tmp_path):
     assert max_diff(logits(load_converted(tmp_path / "right"), X), logits(source, X)) <= 1e-4
 
 
+@pytest.mark.slow  # the convert command in processes
 def test_cli_says_what_it_assumed_and_strict_refuses(tmp_path):
     weights = _save(_timm_source(num_heads=12), tmp_path / "w.safetensors")
     cli = [sys.executable, "-m", "timm_vitscratch.cli", "convert", str(weights)]

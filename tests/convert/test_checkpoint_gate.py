@@ -27,6 +27,8 @@ from timm_vitscratch.gate import checkpoints, json_data, torch_pickle, zip_archi
 from timm_vitscratch.gate.safetensors_data import MAX_HEADER_BYTES
 from timm_vitscratch.layouts import open_checkpoint
 
+pytestmark = pytest.mark.slow  # crafted checkpoints through every reader
+
 WRITERS = {"zip": write_torch_zip, "single-stream": write_torch_legacy}
 
 

@@ -94,6 +94,7 @@ class RunsCode:
         return os.system, (f"touch {self.marker}",)
 
 
+@pytest.mark.slow  # loads in processes
 @pytest.mark.parametrize("container", ["torch.save", "raw pickle"])
 def test_pickle_that_would_run_code_is_refused_and_never_runs(tmp_path, container):
     marker = tmp_path / "code-ran"
@@ -174,6 +175,7 @@ def test_model_contradicting_the_shapes(tmp_path, vit_file):
     refused(vit_file, tmp_path / "out", "does not match", model="scratch_deit_ti16_distilled")
 
 
+@pytest.mark.slow  # a conversion per format
 def test_unknown_source_format(tmp_path, vit_file):
     refused(vit_file, tmp_path / "out", "unknown source format 'keras'", source="keras")
     refused(vit_file, tmp_path / "out", "--from torchvision: the keys are not torchvision's", source="torchvision")
@@ -237,6 +239,7 @@ def test_timm_feature_the_model_cannot_hold(tmp_path):
     refused(tmp_path / "newer.safetensors", tmp_path / "out", "scale norms")
 
 
+@pytest.mark.slow  # a verified conversion
 def test_identity_layer_scale_is_accepted(tmp_path):
     model = randomized(lambda: timm.create_model("vit_tiny_patch16_224", num_classes=10, init_values=1.0))
     state_dict = {k: (torch.ones_like(v) if ".ls" in k else v) for k, v in model.state_dict().items()}
@@ -290,6 +293,7 @@ def test_output_dir_not_writable(vit_file):
         shutil.rmtree(base)
 
 
+@pytest.mark.slow  # a verification at ViT-Ti size
 def test_failed_verification_writes_nothing(tmp_path, vit_file, monkeypatch):
     convert(vit_file, tmp_path / "out")
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
@@ -329,6 +333,7 @@ KILLABLE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # conversions killed in processes
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_conversion_killed_mid_write_keeps_previous_files(tmp_path, vit_file, sig):
     out = tmp_path / "out"

@@ -32,6 +32,8 @@ from timm_vitscratch.layouts import open_checkpoint
 from timm_vitscratch.model_dir import METADATA_KEY
 from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 
+pytestmark = pytest.mark.slow  # conversions with resampling, dtypes and training checkpoints, verified
+
 
 def converted_weights(out_dir):
     return load_file(str(out_dir / "model.safetensors"))

@@ -13,6 +13,8 @@ from timm_vitscratch.convert import ConversionError, convert, export
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import model_config, save_model_directory, write_config
 
+pytestmark = pytest.mark.slow  # import and export through every format
+
 
 def scratch_dir(tmp_path, name="scratch_vit_ti16", **kwargs):
     """A scratch model directory made from a random scratch model (our own layout = timm's names)."""

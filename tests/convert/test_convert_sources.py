@@ -6,6 +6,7 @@ its own reference separately.
 
 import json
 
+import pytest
 import timm
 import torch
 import torchvision
@@ -29,6 +30,8 @@ from tests.support.sources import (
 from timm_vitscratch.convert import convert
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import METADATA_KEY
+
+pytestmark = pytest.mark.slow  # every source format converted and verified by its own library
 
 
 def check(src, out, reference, x=None, **kwargs):

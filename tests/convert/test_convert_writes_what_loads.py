@@ -20,6 +20,8 @@ from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError, ModelDirectoryError
 from timm_vitscratch.model_dir import check_model_directory
 
+pytestmark = pytest.mark.slow  # conversions in capped child processes
+
 
 @pytest.fixture
 def checkpoint(tmp_path) -> Path:

@@ -51,6 +51,8 @@ from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.gate.checkpoints import MAX_TENSORS
 
+pytestmark = pytest.mark.slow  # property-based fuzzing, in worker processes
+
 #: cases per test, from the one table (kept small enough for CI: about a minute for the whole file)
 READER_CASES = {
     c: PLAN[f"checkpoint reader, {c}"] for c in ("safetensors", "torch-zip", "torch-legacy", "npz", "npz-compressed")

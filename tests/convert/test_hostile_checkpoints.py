@@ -88,6 +88,7 @@ def save_clean(path, state=None):
     return path
 
 
+@pytest.mark.slow  # the payload run in a process
 def test_the_payload_is_live(tmp_path, markers):
     """Loaded unsafely (in one throwaway process), each hostile file runs both pieces of code."""
     containers = ("zip", "legacy", "raw pickle")
@@ -108,6 +109,7 @@ def test_the_payload_is_live(tmp_path, markers):
     assert [p.name for p in expected if not p.exists()] == []
 
 
+@pytest.mark.slow  # the convert command in processes
 @pytest.mark.parametrize("container", ["zip", "legacy", "raw pickle"])
 def test_vitscratch_convert_refuses(container, tmp_path, markers, vit_weights, capsys):
     evil = save_hostile(tmp_path / "evil.pth", markers, container, vit_weights)
@@ -118,6 +120,7 @@ def test_vitscratch_convert_refuses(container, tmp_path, markers, vit_weights, c
     assert cli_main(["convert", str(save_clean(tmp_path / "clean.pth", vit_weights)), str(tmp_path / "control")]) == 0
 
 
+@pytest.mark.slow  # the convert command in processes
 def test_vitscratch_convert_refuses_a_model_directory_holding_a_pickle(tmp_path, markers, capsys):
     directory = tmp_path / "hf-style"
     directory.mkdir()

@@ -24,6 +24,8 @@ from timm_vitscratch.convert import convert, export
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
 
+pytestmark = pytest.mark.slow  # writers killed at every install step
+
 NOTES = "my notes on this model\n"
 
 

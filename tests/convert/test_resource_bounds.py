@@ -23,6 +23,8 @@ from tests.support.hub_fixtures import model_dir
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import read_config, write_config
 
+pytestmark = pytest.mark.slow  # memory-capped worker processes
+
 HEADROOM = 384 << 20
 BOMB_BYTES = 512 << 20  # more than the headroom: decompressing it under the cap would fail
 

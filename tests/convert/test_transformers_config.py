@@ -22,6 +22,8 @@ from timm_vitscratch.cli import main
 from timm_vitscratch.convert import convert
 from timm_vitscratch.errors import ConversionError
 
+pytestmark = pytest.mark.slow  # transformers configs checked and verified
+
 CONFIG = TINY_HF_VIT
 
 

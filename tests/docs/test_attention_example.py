@@ -3,6 +3,10 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # renders the example picture twice
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # re-runs every command the docs show
+
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!--\s*check:\s*(?P<command>.+?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})")

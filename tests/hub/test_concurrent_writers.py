@@ -26,6 +26,8 @@ from timm_vitscratch import files, hub
 from timm_vitscratch.convert import convert, converter, export
 from timm_vitscratch.hub import client
 
+pytestmark = pytest.mark.slow  # concurrent writer processes
+
 PAIRS = [("convert", "convert"), ("convert", "pull"), ("pull", "pull"), ("export", "export")]
 ORDERS = ["first A", "first B", "together"]
 CONCURRENT = "was written by another process while this one ran"

@@ -32,6 +32,8 @@ from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub.failures import HubAnswerError, describe_hub_error
 
+pytestmark = pytest.mark.slow  # pulls against a local Hub that mutates its answers
+
 SURFACE = "pull from a hostile Hub (headers, sizes, commit ids, file lists, slow bodies)"
 LIMITS = dict(deadline_s=4.0, stall_s=0.5, stall_bytes=4096)
 #: what a failed pull may raise: each is told to a person in one line by describe_hub_error

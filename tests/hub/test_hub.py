@@ -23,6 +23,8 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.inspect.counts import torchvision_param_count
 from timm_vitscratch.models.variants import HUB_WEIGHTS, register_hub_weights, unregister_hub_weights
 
+pytestmark = pytest.mark.slow  # push and pull through the local Hub server, fresh loading processes
+
 VARIANTS = ("plain", "has_logits", "distilled")
 TAG = "scratch_vit_ti16.fresh_hub"
 

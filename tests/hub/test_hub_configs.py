@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import timm
 import torch
 from timm.models._hub import load_model_config_from_path
@@ -11,6 +12,8 @@ from timm.models._hub import load_model_config_from_path
 from timm_vitscratch.hub.variant_configs import main as configs_main
 from timm_vitscratch.hub.variant_configs import out_of_sync
 from timm_vitscratch.models.variants import ARCHITECTURES
+
+pytestmark = pytest.mark.slow  # every variant's config generated and built
 
 HUB_CONFIGS = Path(__file__).resolve().parents[2] / "hub_configs"
 PRETRAINED_KEYS = {"input_size", "interpolation", "crop_pct", "mean", "std", "first_conv", "classifier"}

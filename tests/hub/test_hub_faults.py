@@ -29,6 +29,8 @@ from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.files import sha256_file
 
+pytestmark = pytest.mark.slow  # huggingface_hub's retries against injected faults
+
 RETRY_AFTER_0 = {"Retry-After": "0"}
 
 

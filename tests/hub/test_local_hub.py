@@ -22,6 +22,8 @@ from huggingface_hub.utils.sha import git_hash
 from tests.support.hub_fixtures import repo_for, use_hub
 from tests.support.local_hub import LocalHub
 
+pytestmark = pytest.mark.slow  # the local Hub server as a process
+
 WEIGHTS = bytes(range(256)) * 40  # binary: goes through LFS
 CONFIG = b'{"architecture": "x"}\n'
 

@@ -21,6 +21,8 @@ from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.hub.model_card import LICENSES, card_license, card_metadata, card_text, model_card
 from timm_vitscratch.model_dir import check_model_directory, model_config
 
+pytestmark = pytest.mark.slow  # pushes through the local Hub server
+
 LICENSE = (
     "mit\nbase_model: google/vit-base-patch16-224\ninference: true\nwidget:\n- src: http://attacker.example/pixel.png"
 )

@@ -23,6 +23,8 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub import transfer
 from timm_vitscratch.hub.failures import HubAnswerError
 
+pytestmark = pytest.mark.slow  # pulls against a hostile local Hub, slow bodies included
+
 QUICK = dict(deadline_s=60.0, stall_s=1.0)  # a stall is seen within a few seconds
 
 

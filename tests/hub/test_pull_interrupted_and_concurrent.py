@@ -28,6 +28,8 @@ from timm_vitscratch import hub
 from timm_vitscratch.atomic_replace import ConcurrentWriteError
 from timm_vitscratch.files import sha256_file
 
+pytestmark = pytest.mark.slow  # killed and concurrent pull processes
+
 
 def pull_in_child(repo, out, stage):
     """Fork a child that pulls ``repo`` into ``out`` with ``--force`` and stops at ``stage`` for the kill:

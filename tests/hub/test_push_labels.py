@@ -16,6 +16,8 @@ from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory, save_model_directory
 
+pytestmark = pytest.mark.slow  # push and pull through the local Hub server
+
 NAMES = ["cat", "dog", "owl", "yak"]
 
 

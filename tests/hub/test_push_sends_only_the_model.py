@@ -16,6 +16,8 @@ from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 
+pytestmark = pytest.mark.slow  # push through the local Hub server
+
 SECRET = "[default]\nsecret_access_key = NOT-A-REAL-KEY\n"
 
 

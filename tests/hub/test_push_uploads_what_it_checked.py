@@ -23,6 +23,8 @@ from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import ModelDirectoryError
 
+pytestmark = pytest.mark.slow  # a push per request, with a file swapped at that request
+
 SECRET = "hf_SECRET_TOKEN_OF_THE_VICTIM=abc123\n"
 CARD = "# my model\nhand-written card\n"
 

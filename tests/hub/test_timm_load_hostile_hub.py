@@ -25,6 +25,8 @@ from timm_vitscratch.hub import transfer
 from timm_vitscratch.hub.failures import HubAnswerError
 from timm_vitscratch.models.variants import unregister_hub_weights
 
+pytestmark = pytest.mark.slow  # hf-hub: loads against a hostile local Hub
+
 TAG = "scratch_vit_ti16.hostile_hub"
 
 

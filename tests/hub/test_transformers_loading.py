@@ -16,6 +16,8 @@ from transformers import AutoModel, AutoModelForImageClassification, pipeline
 from tests.support.hub_fixtures import repo_for
 from timm_vitscratch.cli import main as cli_main
 
+pytestmark = pytest.mark.slow  # transformers' pipeline on converted and pulled directories
+
 NAMES = ["cat", "dog", "owl"]
 TOL = 1e-5
 SOURCES = {  # timm's stock models, small: a plain ViT and a DeiT with its distillation head

@@ -5,12 +5,15 @@ then has no lock to take on this system; the writers go on unserialised, as docs
 import subprocess
 import sys
 
+import pytest
 from safetensors.torch import save_file
 
 from tests.support import tiny
 from tests.support.hub_fixtures import repo_for
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
+
+pytestmark = pytest.mark.slow  # convert, push and pull in a process without fcntl
 
 WITHOUT_FCNTL = """
 import sys

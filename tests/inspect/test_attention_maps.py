@@ -100,6 +100,7 @@ def test_load_image_resizes_to_the_model(image_path):
     assert load_image(image_path, model).shape == (1, 3, 32, 32)
 
 
+@pytest.mark.slow  # a ViT-Ti picture rendered
 def test_command_writes_png_of_expected_size_for_registered_name(tmp_path, image_path, capsys):
     out = tmp_path / "att.png"
     img_size = str(TINY["img_size"] * 2)
@@ -115,6 +116,7 @@ def test_command_writes_png_of_expected_size_for_registered_name(tmp_path, image
     assert sorted(p.name for p in tmp_path.iterdir()) == ["att.png", "stripes.png"]
 
 
+@pytest.mark.slow  # the CLI on a model directory
 def test_command_reads_a_model_directory(tmp_path, image_path, model_dir):
     directory, original = model_dir
     out = tmp_path / "dir.png"
@@ -166,6 +168,7 @@ def test_img_size_not_divisible_by_patch(tmp_path, image_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow  # the CLI in processes
 def test_nonzero_exit_from_the_console(tmp_path, image_path):
     result = _run(
         [str(image_path), "--model", "scratch_vit_ti16", "--img-size", "100", "--out", str(tmp_path / "out.png")]
@@ -173,6 +176,7 @@ def test_nonzero_exit_from_the_console(tmp_path, image_path):
     assert result.returncode == 2 and "not divisible" in result.stderr
 
 
+@pytest.mark.slow  # a ViT-Ti picture rendered
 def test_failure_while_writing_leaves_old_file_and_no_temporary(tmp_path, image_path, monkeypatch):
     out = tmp_path / "out.png"
     out.write_bytes(b"previous picture")
@@ -187,6 +191,7 @@ def test_failure_while_writing_leaves_old_file_and_no_temporary(tmp_path, image_
     assert list(tmp_path.glob(".out.png.*")) == []
 
 
+@pytest.mark.slow  # the CLI in a process
 def test_missing_output_directory(tmp_path, image_path, capsys):
     out = tmp_path / "no_such_dir" / "out.png"
     assert (

@@ -81,6 +81,7 @@ def _torchsummary_total(model, input_size):
     return int(match.group(1).replace(",", ""))
 
 
+@pytest.mark.slow  # torchsummary over full-size models
 @pytest.mark.parametrize("name", ["scratch_vit_b16", "scratch_vit_b32"])
 def test_real_torchsummary_prints_leaf_count(name):
     model = timm.create_model(name, num_classes=5).eval()

@@ -43,6 +43,7 @@ def assert_within_one_percent(analytic, counted):
     assert abs(analytic - counted) <= 0.01 * counted, (analytic, counted)
 
 
+@pytest.mark.slow  # torch's FLOP counter over every variant
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_every_variant_matches_flop_counter(name):
     model = build_on_meta(name).eval()
@@ -68,6 +69,7 @@ def test_real_tensors_eager_path_match_flop_counter(name):
     assert_within_one_percent(3 * forward_macs(model)["total"], counted_flops(model, 3, 32, "cpu") / 2)
 
 
+@pytest.mark.slow  # torch's FLOP counter over full-size models
 @pytest.mark.parametrize(
     "ours, builder, timm_name",
     [

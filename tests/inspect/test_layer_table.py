@@ -42,6 +42,7 @@ def test_meta_rows_equal_real_rows():
     assert layer_rows(meta, (3, 32, 32), batch=3) == layer_rows(real, (3, 32, 32), batch=3)
 
 
+@pytest.mark.slow  # torchsummary over full-size models
 @pytest.mark.parametrize("name, leaf_count", [("scratch_vit_b16", 85_650_437), ("scratch_vit_h14", 630_440_965)])
 def test_rows_sum_to_torchsummary_total_and_hidden_fill_the_gap(name, leaf_count):
     model = build_on_meta(name, num_classes=5)

@@ -24,6 +24,8 @@ from timm_vitscratch.cli import main
 from timm_vitscratch.gate.images import read_rgb_image
 from timm_vitscratch.inspect.attention_maps import MAX_IMAGE_PIXELS, read_picture
 
+pytestmark = pytest.mark.slow  # picture bombs in capped child processes
+
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))

@@ -135,6 +135,7 @@ def test_weight_bytes_equal_real_tensors_in_each_dtype():
     assert training["states_bytes"] == 20 * report["counts"]["true"]
 
 
+@pytest.mark.slow  # the summary command in processes
 def test_cli_text_and_json_agree(capsys):
     assert main(["summary", "scratch_vit_b16", "--num-classes", "5", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -161,6 +162,7 @@ def test_count_summary_keeps_the_counts_and_tally():
         assert f"{value:,}" in text
 
 
+@pytest.mark.slow  # the summary command in processes
 def test_cli_layers_and_bad_options(capsys):
     assert main(["summary", "scratch_vit_ti16", "--img-size", "32", "--batch", "2", "--layers", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from tests.support import TINY, tiny
 from timm_vitscratch import VisionTransformer
 
+pytestmark = pytest.mark.slow  # torch.compile
+
 
 @pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
 def test_compiled_training_step_fullgraph_matches_eager(attn_impl):

@@ -4,6 +4,8 @@ import pytest
 import timm
 import torch
 
+pytestmark = pytest.mark.slow  # our models against timm's, ViT-B included
+
 PAIRS = [
     ("vit_tiny_patch16_224", "scratch_vit_ti16"),
     ("vit_base_patch16_224", "scratch_vit_b16"),

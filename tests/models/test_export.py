@@ -18,6 +18,8 @@ from timm.optim import create_optimizer_v2
 import tests.support.option_models  # noqa: F401  (registers the scratch_test_* models)
 from tests.support import tiny
 
+pytestmark = pytest.mark.slow  # ONNX, torch.export and TorchScript, with timm's scripts
+
 # width 64, 2 blocks, 64x64 images: the registered variant's own structure, at test size
 SMALL = dict(img_size=64, embed_dim=64, depth=2, num_heads=2)
 SCRIPTED = {

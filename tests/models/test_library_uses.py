@@ -111,6 +111,7 @@ def test_grad_cam_on_the_last_blocks_norm1(family):
     assert theirs.abs().sum() > 0 and max_diff(mine, theirs) <= TOL
 
 
+@pytest.mark.slow  # peft's LoRA adapters
 @pytest.mark.parametrize("family", ["plain", "map", "qk_norm"])
 def test_peft_lora_adapters(family):
     reference, ours = timm_pair(family)

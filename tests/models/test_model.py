@@ -238,6 +238,7 @@ def test_create_model_kwargs_pass_through():
     assert model.blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
 
 
+@pytest.mark.slow  # torch.compile
 def test_torch_compile_forward():
     model = tiny().eval()
     x = torch.randn(2, 3, 32, 32)
@@ -246,6 +247,7 @@ def test_torch_compile_forward():
         assert torch.allclose(compiled(x), model(x), atol=1e-5)
 
 
+@pytest.mark.slow  # torch.export and fx tracing
 def test_torch_export_and_fx_trace():
     model = tiny(num_classes=3).eval()
     x = torch.randn(2, 3, 32, 32)

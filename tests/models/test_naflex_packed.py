@@ -19,6 +19,7 @@ def _flops(model, batch) -> int:
     return counter.get_total_flops()
 
 
+@pytest.mark.slow  # FLOP counts of padded batches
 @pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
 def test_flops_do_not_grow_with_padding_and_timms_do(attn_impl):
     """FlopCounterMode counts the linear layers (and, for the eager attention, its matrix products; the CPU's
@@ -89,6 +90,7 @@ def _random_batches(count: int, seed: int = 0):
         yield naflex_batch(images(sizes, seed=index), patch_size=8, max_seq_len=rng.choice([48, 64, 96]))
 
 
+@pytest.mark.slow  # torch.compile
 def test_compile_recompiles_a_bounded_number_of_times_then_never():
     """Packing (data-dependent) and per-image attention run eagerly; the linear parts compile shape-generic.
     After the first batches made the token count and batch size symbolic, new image sizes, counts and
@@ -113,6 +115,7 @@ def test_compile_recompiles_a_bounded_number_of_times_then_never():
     assert len(graphs) == warm
 
 
+@pytest.mark.slow  # torch.compile
 def test_compiled_training_step_with_inductor_matches_eager():
     torch._dynamo.reset()
     model = tiny(num_classes=5).train()
@@ -127,6 +130,7 @@ def test_compiled_training_step_with_inductor_matches_eager():
         assert torch.allclose(twin_param.grad, param.grad, atol=1e-5, rtol=1e-4), name
 
 
+@pytest.mark.slow  # torch.export
 def test_padded_path_exports_and_equals_the_packed_path():
     """torch.export (and so ONNX's exporter) takes timm's padded, masked layout with data-independent shapes."""
     model = tiny(num_classes=5, reg_tokens=2, global_pool="avg", fc_norm=True).eval()
@@ -180,6 +184,7 @@ def test_resize_weights_are_torchs_antialiased_bicubic():
             assert (got - expected).abs().max() <= 2e-6, (in_size, out_size)  # torch computes them in float32
 
 
+@pytest.mark.slow  # ONNX export, checked in onnxruntime
 def test_onnx_export_runs_in_onnxruntime():
     import onnxruntime
 

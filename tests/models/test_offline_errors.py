@@ -20,6 +20,8 @@ from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import PretrainedWeightsUnavailable
 from timm_vitscratch.models.variants import register_hub_weights, unregister_hub_weights
 
+pytestmark = pytest.mark.slow  # loads of every tag with the Hub unreachable
+
 HUB_TAGS = {  # tag -> (repo, file the tag's weights are)
     "scratch_vit_b16.augreg2_in21k_ft_in1k": ("timm/vit_base_patch16_224.augreg2_in21k_ft_in1k", "model.safetensors"),
     "scratch_vit_b16_in21k.google_in21k": ("google/vit-base-patch16-224-in21k", "model.safetensors"),

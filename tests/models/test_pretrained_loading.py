@@ -23,6 +23,8 @@ from tests.support import pretrained_caches
 from tests.support.pretrained_caches import lay_in_hf_cache, lay_in_torch_cache, save_safetensors
 from tests.support.sources import TOL, batch, hf_legacy_state_dict, logits, max_diff, randomized
 
+pytestmark = pytest.mark.slow  # pretrained tags loaded at full size from laid-out caches
+
 #: google/vit-*-in21k's preprocessor_config.json, byte for byte as the repos hold it
 GOOGLE_PREPROCESSOR = (
     '{"do_normalize": true, "do_resize": true, "image_mean": [0.5, 0.5, 0.5], '

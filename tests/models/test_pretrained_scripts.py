@@ -23,6 +23,8 @@ import timm_vitscratch  # noqa: F401  (registers the zoo)
 from tests.support.pretrained_caches import lay_in_hf_cache, offline_caches, save_safetensors
 from tests.support.sources import TOL, max_diff, randomized
 
+pytestmark = pytest.mark.slow  # timm's train.py / validate.py on pretrained tags
+
 TAG, TIMM_TAG = "scratch_vit_ti16.augreg_in21k_ft_in1k", "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
 CLASSES = ("ant", "bee")
 

@@ -54,6 +54,7 @@ def test_timm_tag_is_timms_repo_and_preprocessing(tag):
     }
 
 
+@pytest.mark.slow  # torchvision's weights enums
 @pytest.mark.parametrize("tag", sorted(TORCHVISION_TAGS))
 def test_torchvision_tag_is_the_weights_enum(tag):
     enum_name, member = TORCHVISION_TAGS[tag]
@@ -101,6 +102,7 @@ def test_source_of_names_each_tags_library():
         source_of("scratch_vit_b16.nope")
 
 
+@pytest.mark.slow  # the CLI in a process
 def test_list_pretrained_shows_every_tag_with_its_facts():
     out = subprocess.run(
         [sys.executable, "-m", "timm_vitscratch.cli", "list", "--pretrained"],

@@ -157,6 +157,7 @@ def eager_attention_by_default():
     set_timm_default_fused_attn(was)
 
 
+@pytest.mark.slow  # timm's AttentionExtract, fx tracing included
 @pytest.mark.parametrize("method", ["hook", "fx"])
 @pytest.mark.parametrize("family", ["plain", "dinov2_reg", "distilled", "map"])
 def test_attention_extract_gives_timms_maps(eager_attention_by_default, family, method):
@@ -173,6 +174,7 @@ def test_attention_extract_gives_timms_maps(eager_attention_by_default, family, 
         assert (mine[name] - theirs[name]).abs().max() <= TOL, name
 
 
+@pytest.mark.slow  # timm's AttentionExtract, fx tracing included
 def test_attention_extract_after_switching_fused_attn_off():
     """The other way users get there: ``fused_attn = False`` on each attention layer of a built model."""
     reference, ours = timm_pair("plain")

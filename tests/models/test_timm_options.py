@@ -132,6 +132,7 @@ def test_dynamic_size_equals_a_model_resized_to_the_input():
         tiny()(torch.randn(1, 3, 40, 32))
 
 
+@pytest.mark.slow  # TorchScript
 @pytest.mark.parametrize(
     "options",
     [
@@ -215,6 +216,7 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
 
+@pytest.mark.slow  # conversions verified against timm
 @pytest.mark.parametrize(
     "family, options",
     [

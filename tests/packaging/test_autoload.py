@@ -26,6 +26,8 @@ from timm_vitscratch import ARCHITECTURES
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import WEIGHTS_NAME, model_config, write_config
 
+pytestmark = pytest.mark.slow  # builds wheel and editable venvs
+
 PTH_NAME = "timm_vitscratch_autoload.pth"
 SCRATCH_COUNT = len(ARCHITECTURES)
 

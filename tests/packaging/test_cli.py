@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from timm_vitscratch.cli import main
 
 
+@pytest.mark.slow  # the summary of full-size models
 def test_summary_explains_both_counts(capsys):
     assert main(["summary", "scratch_vit_b16", "--num-classes", "5"]) == 0
     out = capsys.readouterr().out
@@ -14,6 +17,7 @@ def test_summary_explains_both_counts(capsys):
         assert text in out
 
 
+@pytest.mark.slow  # every variant built and counted
 def test_list_has_every_variant_and_torchvision_agrees(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -22,6 +26,7 @@ def test_list_has_every_variant_and_torchvision_agrees(capsys):
     assert out.count("scratch_") == 15
 
 
+@pytest.mark.slow  # the CLI in a process
 def test_unknown_model_suggests_close_names():
     result = subprocess.run(
         [sys.executable, "-m", "timm_vitscratch.cli", "summary", "scratch_vit_b61"], capture_output=True, text=True
@@ -47,6 +52,7 @@ def test_help_and_version_import_neither_torch_nor_timm_nor_the_package():
     assert "usage: vitscratch convert" in done.stdout and "--strict" in done.stdout
 
 
+@pytest.mark.slow  # the CLI in a process
 def test_version_is_the_packages():
     import timm_vitscratch
 
@@ -70,6 +76,7 @@ def test_help_offers_the_lists_the_library_checks_against():
     assert listed(choices.EXPORT_TARGETS) in export and listed(choices.DTYPE_NAMES) in export
 
 
+@pytest.mark.slow  # vitscratch list in processes
 def test_a_closed_pipe_ends_quietly_with_status_0():
     """`vitscratch list | head -1`: the reader has gone before the table is written."""
     command = f"set -o pipefail; {sys.executable} -m timm_vitscratch.cli list --no-reference | true"
@@ -80,6 +87,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0():
     assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith("model ")
 
 
+@pytest.mark.slow  # the summary of full-size models
 def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
     from tests.support import tiny
     from timm_vitscratch.model_dir import save_model_directory
@@ -99,6 +107,7 @@ def test_summary_takes_tags_directories_and_local_dir(tmp_path, capsys):
     assert "scratch_vit_b16 has no pretrained tag 'no_such_tag'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # push and read through the local Hub server
 def test_summary_and_attention_take_hf_hub_models(hub_env, tmp_path, capsys):
     from PIL import Image
 

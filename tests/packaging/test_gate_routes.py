@@ -30,6 +30,8 @@ from timm_vitscratch.cli import main
 from timm_vitscratch.model_dir import check_model_directory
 from timm_vitscratch.models.variants import unregister_hub_weights
 
+pytestmark = pytest.mark.slow  # every route run under a profiler, push and pull included
+
 GATE = Path(timm_vitscratch.gate.__file__).parent
 
 #: the gate modules each kind of input passes

@@ -7,8 +7,13 @@ repository; the installed ``vitscratch`` offers only user commands.
 import ast
 import subprocess
 import zipfile
+from pathlib import Path
+
+import pytest
 
 from tests.support.environments import env
+
+pytestmark = pytest.mark.slow  # builds the wheel and a venv
 
 USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull"}
 TEST_MACHINERY = (
@@ -66,3 +71,19 @@ def test_installed_cli_lists_only_user_commands(wheel_venv, tmp_path):
     imported = {line.split("|")[-1].strip() for line in timed.stderr.splitlines() if line.startswith("import time:")}
     assert timed.returncode == 0 and "timm_vitscratch_cli" in imported
     assert not imported & {"torch", "timm", "timm_vitscratch"}, sorted(imported & {"torch", "timm", "timm_vitscratch"})
+
+
+def test_wheel_requires_what_the_package_imports_and_offers_the_extras(built_wheel: Path) -> None:
+    """The wheel's metadata states pyproject.toml's dependencies and extras (tests/packaging/test_dependencies.py
+    checks those against the imports): no plotting, YAML or progress-bar library among the runtime ones."""
+    from tests.packaging.test_dependencies import _names, _project
+
+    with zipfile.ZipFile(built_wheel) as wheel:
+        (name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = wheel.read(name).decode().splitlines()
+    requires = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    runtime = _names([r for r in requires if "extra ==" not in r])
+    assert runtime == _names(_project()["dependencies"])
+    assert not runtime & {"matplotlib", "pillow", "pyyaml", "tqdm"}
+    extras = {line.split(":", 1)[1].strip() for line in lines if line.startswith("Provides-Extra:")}
+    assert extras == {"plots", "transformers", "examples", "dev"}

@@ -3,7 +3,8 @@
 Loaded with ``-p tests.timm_suite.selection_plugin`` in the child pytest that runs timm's file.
 ``TIMM_SUITE_MODELS`` (comma-separated model names) and ``TIMM_SUITE_TESTS`` (comma-separated
 test-function names) choose the items; every other item timm's file parametrizes is deselected,
-so its per-model tests run exactly as timm runs them, on these models only.
+so its per-model tests run exactly as timm runs them, on these models only (and each pair that
+``timm_tests.selected`` accepts).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 
 import tests.support.option_models  # noqa: F401  (registers the scratch_test_* option models)
 import timm_vitscratch  # noqa: F401  (registers the scratch_* zoo)
+from tests.timm_suite.timm_tests import selected
 
 # the markers timm's own pyproject.toml declares (and pytest-timeout's), so that none warns
 MARKERS = (
@@ -46,6 +48,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         model = str(params.get("model_name", "")).split(".")[0]  # cfg tests name models with their tags
-        (kept if item.originalname in tests and model in models else dropped).append(item)
+        chosen = item.originalname in tests and model in models and selected(item.originalname, model)
+        (kept if chosen else dropped).append(item)
     config.hook.pytest_deselected(items=dropped)
     items[:] = kept

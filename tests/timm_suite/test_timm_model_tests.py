@@ -9,15 +9,22 @@ from __future__ import annotations
 import pytest
 
 from tests.timm_suite import timm_tests
-from tests.timm_suite.conftest import OUR_MODELS
+from tests.timm_suite.conftest import OUR_MODELS, SuiteRun
+
+pytestmark = pytest.mark.slow  # timm's own model tests, in a child pytest
 
 
-@pytest.mark.parametrize("model", list(OUR_MODELS))
-@pytest.mark.parametrize("test", timm_tests.PER_MODEL_TESTS)
-def test_timm_model_test_passes(timm_suite_outcomes, test, model):
+@pytest.mark.parametrize(
+    ("test", "model"),
+    [(test, model) for test in timm_tests.PER_MODEL_TESTS for model in OUR_MODELS if timm_tests.selected(test, model)],
+)
+def test_timm_model_test_passes(
+    timm_suite_run: SuiteRun, request: pytest.FixtureRequest, test: str, model: str
+) -> None:
+    outcomes = timm_suite_run.outcomes(request.node.nodeid)
     reference = OUR_MODELS[model]
-    results = timm_suite_outcomes.get((test, model), [])
-    reference_outcome = timm_tests.summary(timm_suite_outcomes, test, reference)
+    results = outcomes.get((test, model), [])
+    reference_outcome = timm_tests.summary(outcomes, test, reference)
     assert results, (
         f"timm's {test} did not select {model} (for {reference} it {reference_outcome}): "
         "its name filters no longer treat ours as its ViTs"
@@ -26,10 +33,13 @@ def test_timm_model_test_passes(timm_suite_outcomes, test, model):
     assert not problems, f"timm's {test}[{model}] (for {reference}: {reference_outcome}):\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("test", timm_tests.PER_MODEL_TESTS)
-def test_timm_own_vit_passes(timm_suite_outcomes, test):
+@pytest.mark.parametrize(
+    "test", [test for test in timm_tests.PER_MODEL_TESTS if timm_tests.selected(test, "vit_tiny_patch16_224")]
+)
+def test_timm_own_vit_passes(timm_suite_run: SuiteRun, request: pytest.FixtureRequest, test: str) -> None:
     """The control: run this way, timm's tests select and pass timm's own ViT-Ti/16."""
-    assert timm_tests.summary(timm_suite_outcomes, test, "vit_tiny_patch16_224") == "passed", timm_suite_outcomes.get(
+    outcomes = timm_suite_run.outcomes(request.node.nodeid)
+    assert timm_tests.summary(outcomes, test, "vit_tiny_patch16_224") == "passed", outcomes.get(
         (test, "vit_tiny_patch16_224")
     )
 

@@ -3,12 +3,15 @@
 import json
 import os
 
+import pytest
 import timm
 import torch
 from sklearn.datasets import load_digits
 
 from examples import digits
 from examples.digits import main as digits_main
+
+pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
 
 
 def test_split_keeps_only_the_asked_digits_renumbered_from_zero():

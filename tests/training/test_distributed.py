@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import safetensors.torch
 import timm
 import torch
 
 from examples.ddp_train import DEFAULT_MODEL_ARGS
+
+pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = ["--steps", "4", "--global-batch", "16", "--opt", "sgd", "--lr", "0.05"]

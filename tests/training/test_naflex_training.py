@@ -30,6 +30,8 @@ from timm.utils import CheckpointSaver, accuracy
 import timm_vitscratch  # noqa: F401  (registers the zoo)
 from tests.support.naflex_batches import timm_naflexvit
 
+pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
+
 REPO = Path(__file__).resolve().parents[2]
 #: train.py --model scratch_vit_ti16 --model-kwargs ... : patch 16 (validate.py's default for models without
 #: NaFlexVit's ``embeds``), a 4x4 position table resampled to every image's grid

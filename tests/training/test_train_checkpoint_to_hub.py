@@ -7,6 +7,7 @@ load with ``local-dir:``, push to the local Hub, load back in a fresh process wi
 
 import argparse
 
+import pytest
 import timm
 import torch
 from safetensors.torch import load_file, save_file
@@ -17,6 +18,8 @@ from examples.training_loop import create_train_state, train_step
 from tests.support.hub_fixtures import logits, repo_for, run_client
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.convert import convert
+
+pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
 
 #: the converter maps shapes onto a registered variant: full ViT-Ti/16 width and depth, on 32x32 images
 ARCH = dict(img_size=32, num_classes=4)

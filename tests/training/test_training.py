@@ -14,6 +14,8 @@ from examples.training_loop import create_train_state, evaluate_top1, train, tra
 from tests.support import TINY, tiny
 from timm_vitscratch.model_dir import save_model_directory
 
+pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
+
 
 def _separable_batch(num_classes: int = 4, size: int = 32, batch: int = 32):
     """Images whose class sets the mean brightness of one colour channel: easy to learn."""

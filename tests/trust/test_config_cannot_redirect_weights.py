@@ -36,6 +36,8 @@ from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
 from timm_vitscratch.models.variants import HUB_WEIGHTS
 
+pytestmark = pytest.mark.slow  # every loading route, the CLI in processes
+
 REDIRECT = "pretrained_cfg: field 'hf_hub_filename' chooses what is loaded or run"
 X = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
 

@@ -302,6 +302,7 @@ def test_cli_sizes_have_the_same_bounds(argv, message, tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the attention command in processes
 def test_attention_refuses_sizes_and_pickles_with_one_line(tmp_path):
     from PIL import Image
 

@@ -26,6 +26,8 @@ from tests.support.fuzzing import CASES, check_outcome, fuzz_settings, offline_l
 from tests.support.hub_fixtures import model_dir
 from timm_vitscratch.hub.model_card import LICENSES, card_license, card_metadata
 
+pytestmark = pytest.mark.slow  # model-card fuzz cases in a crash-isolated worker
+
 HEADROOM = 1 << 30
 TIMEOUT = 120.0
 NAME = "model-card fields (check_model_directory + model_card)"

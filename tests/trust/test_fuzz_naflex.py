@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from tests.support.fuzz_plan import PLAN
 from tests.support.fuzzing import CASES, LoaderProcess, fuzz_settings
 
+pytestmark = pytest.mark.slow  # NaFlex fuzz cases in a crash-isolated worker
+
 WORKER = Path(__file__).parents[1] / "support" / "naflex_worker.py"
 HEADROOM = 512 << 20
 TIMEOUT = 60.0

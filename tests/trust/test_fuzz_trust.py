@@ -28,6 +28,8 @@ from tests.support.hub_fixtures import model_dir
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.models.model_args import OPTIONS
 
+pytestmark = pytest.mark.slow  # fuzz cases in crash-isolated child processes
+
 HEADROOM = 1 << 30
 TIMEOUT = 120.0
 #: timm parses a few config fields itself, before any plugin code runs (its _parse_model_cfg); its own

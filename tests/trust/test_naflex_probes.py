@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # NaFlex probes in memory-capped child processes
+
 BOUNDED = Path(__file__).parents[1] / "support" / "bounded_child.py"
 CAP_MB = 200
 #: child setup: tiny (64 wide, 2 blocks) and a 1-block 768-wide model (ViT-B's table width), and batch()

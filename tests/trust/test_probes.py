@@ -27,6 +27,8 @@ from timm_vitscratch.errors import ConversionError, ModelArgsError, ModelDirecto
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory, save_model_directory
 
+pytestmark = pytest.mark.slow  # each probe in a memory-capped child process
+
 
 def edit_config(directory: Path, **model_args) -> None:
     config = json.loads((directory / "config.json").read_text())

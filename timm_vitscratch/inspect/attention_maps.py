@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,33 @@ from .model_ref import check_scratch_model, has_weights, timm_model_name
 
 if TYPE_CHECKING:  # Pillow is imported by the gate when a picture is read
     import PIL.Image
+
+#: the optional dependencies a picture needs (import name: distribution), all in the ``plots`` extra
+PLOTS_MODULES = {"matplotlib": "matplotlib", "PIL": "Pillow"}
+PLOTS_INSTALL = "pip install 'timm_vitscratch[plots]'"
+
+
+class PlotsExtraMissing(ModuleNotFoundError, ValueError):
+    """matplotlib or Pillow is not installed: the message names them and the extra that brings them.
+
+    A ``ModuleNotFoundError`` for code that catches import errors, and a ``ValueError`` so that the CLI
+    prints it as its one error line.
+    """
+
+
+def require_plots() -> None:
+    """Raise :class:`PlotsExtraMissing` unless matplotlib and Pillow can be imported.
+
+    Checked before the model is built or the picture read, so a missing extra costs no wait.
+    """
+    missing = [distribution for module, distribution in PLOTS_MODULES.items() if find_spec(module) is None]
+    if missing:
+        raise PlotsExtraMissing(
+            f"attention pictures need {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+            f"not installed: {PLOTS_INSTALL}",
+            name=missing[0],
+        )
+
 
 #: the most memory the attention maps of one picture may take (every block's, every head's)
 MAX_ATTENTION_BYTES = 1 << 30
@@ -228,6 +256,7 @@ def write_attention_png(
     img_size: int | None = None,
 ) -> AttentionMaps:
     """Load the model and image, compute the maps and write the picture to ``out`` atomically."""
+    require_plots()
     picture = read_picture(image_path)  # first: a picture that is refused costs no model
     model, description = load_model(name_or_dir, img_size)
     image = model_input(picture, model)

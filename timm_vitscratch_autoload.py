@@ -16,8 +16,19 @@ This module is loaded at every interpreter start-up: keep it free of imports bey
 ``sys`` (both already loaded by then).
 """
 
+from __future__ import annotations
+
 import os
 import sys
+
+# typing is not imported at start-up: mypy reads this name as true, the interpreter as False
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import importlib.abc
+    import importlib.machinery
+    import types
+    from collections.abc import Sequence
+    from typing import Any
 
 DISABLE_ENV = "TIMM_VITSCRATCH_NO_AUTOLOAD"
 TARGET = "timm"
@@ -56,7 +67,9 @@ class PostImportHook:
         self.target = target
         self.plugin = plugin
 
-    def find_spec(self, fullname: str, path=None, target=None):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.target:
             return None
         spec = None
@@ -80,19 +93,20 @@ class PostImportHook:
 class _ImportPluginAfterExec:
     """Loader wrapper: runs the real loader, then imports the plugin."""
 
-    def __init__(self, loader, hook: PostImportHook) -> None:
+    def __init__(self, loader: importlib.abc.Loader, hook: PostImportHook) -> None:
         self._loader = loader
         self._hook = hook
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         # Give the module its real loader back before it runs, so that neither timm nor any tool
         # that inspects timm.__loader__ / timm.__spec__ ever sees this wrapper.
         module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._loader
         self._loader.exec_module(module)  # if timm fails to import, the hook stays for a retry
         self._hook.remove()
         # timm is complete here, so our modules (which import from timm.models) can load. If the
@@ -100,14 +114,14 @@ class _ImportPluginAfterExec:
         # `import timm`), this returns the partial module and that import registers the models.
         import_plugin(self._hook.plugin)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         # anything else a tool may ask of the loader (get_resource_reader, is_package, ...)
         if name == "_loader":
             raise AttributeError(name)
         return getattr(self._loader, name)
 
 
-def installed_hook(target: str = TARGET):
+def installed_hook(target: str = TARGET) -> PostImportHook | None:
     """The armed :class:`PostImportHook` for ``target`` on ``sys.meta_path``, or None."""
     for finder in sys.meta_path:
         if isinstance(finder, PostImportHook) and finder.target == target:

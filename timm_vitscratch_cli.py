@@ -14,10 +14,10 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 PROG = "vitscratch"
 MODEL_HELP = (
@@ -75,10 +75,22 @@ def version() -> str:
 class _VersionAction(argparse.Action):
     """``--version``: reads the version only when asked."""
 
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+    def __init__(
+        self,
+        option_strings: list[str],
+        dest: str = argparse.SUPPRESS,
+        default: str = argparse.SUPPRESS,
+        help: str | None = None,
+    ) -> None:
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> NoReturn:
         print(f"{parser.prog} {version()}")
         parser.exit()
 
@@ -263,7 +275,7 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _positive_int(what: str):
+def _positive_int(what: str) -> Callable[[str], int]:
     def parse(value: str) -> int:
         try:
             number = int(value)
@@ -457,7 +469,14 @@ def _quiet_closed_pipe() -> int:
     return 0
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     """The package's own warnings (NaN weights, ...) as one line a person reads; others as Python shows them."""
     if category.__module__.startswith("timm_vitscratch"):
         print(f"{PROG}: warning: {message}", file=sys.stderr)

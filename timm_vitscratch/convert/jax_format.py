@@ -8,6 +8,7 @@ under ``opt/target/``, which the reader strips.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -81,7 +82,7 @@ class JaxFormat(JaxLayout, SourceFormat):
             )
         head_dim = dim // heads
 
-        def qkv_to_flax(index: int, kernel: bool):
+        def qkv_to_flax(index: int, kernel: bool) -> Callable[[torch.Tensor], torch.Tensor]:
             # rows index*D:(index+1)*D of our qkv -> a (D, heads, head_dim) kernel or a (heads, head_dim) bias
             if kernel:
                 return lambda w: w[index * dim : (index + 1) * dim].t().reshape(dim, heads, head_dim)

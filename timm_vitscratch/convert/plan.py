@@ -8,6 +8,7 @@ all reported here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +89,7 @@ def meta_output(rule: Rule, checkpoint: Checkpoint, target: str) -> torch.Tensor
         raise ConversionError(f"cannot make {target!r} from {shapes}: the shapes do not fit ({err})") from None
 
 
-def _resampler(fmt: SourceFormat, arch: Arch, img_size: tuple[int, int]):
+def _resampler(fmt: SourceFormat, arch: Arch, img_size: tuple[int, int]) -> Callable[[torch.Tensor], torch.Tensor]:
     grid = [img_size[0] // arch.patch_size, img_size[1] // arch.patch_size]
 
     def resample(pos: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ confirms the weights only under it, and :meth:`Verification.summary` says so ins
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ class Verification:
         )
 
 
-def fixed_batch(in_chans: int, img_size, batch: int = 2) -> torch.Tensor:
+def fixed_batch(in_chans: int, img_size: Sequence[int], batch: int = 2) -> torch.Tensor:
     generator = torch.Generator().manual_seed(BATCH_SEED)
     return torch.randn(batch, in_chans, img_size[0], img_size[1], generator=generator)
 

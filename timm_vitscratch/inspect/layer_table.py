@@ -8,7 +8,7 @@ on the ``meta`` device: no memory and no compute even for ViT-H.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ def layer_rows(model: nn.Module, input_size: Sequence[int], batch: int = 2) -> l
     rows: list[LayerRow] = []
     handles = []
 
-    def hook_for(name: str):
+    def hook_for(name: str) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, _inputs: Any, output: Any) -> None:
             label = f"{type(module).__name__}-{len(rows) + 1}"
             rows.append(LayerRow(label, name, _shape(output), _own_weight_and_bias(module)))

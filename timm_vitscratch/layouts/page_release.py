@@ -18,13 +18,15 @@ import ctypes
 import mmap
 import os
 import sys
+from typing import Any
 
 import torch
 
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 
 
-def _libc_madvise():
+def _libc_madvise() -> Any:
+    """libc's madvise as a ctypes function (an untyped foreign function), or None off Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -3,7 +3,7 @@ and ImageNet-21k "has_logits"."""
 
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from timm.layers import resample_abs_pos_embed, trunc_normal_, use_fused_attn
@@ -36,6 +36,16 @@ from .weight_init import apply_init, check_weight_init, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
+
+if TYPE_CHECKING:
+    #: what forward, forward_features and forward_head return, by what they are given: a tensor for
+    #: images, (head, head_dist) logits in distilled training, timm's NaFlex features dict for a NaFlex
+    #: batch (which forward_head also takes); Any, since the caller's input decides which
+    Output = Any
+else:
+    # TorchScript compiles those three with the tensor path alone (it leaves out the blocks that
+    # return the others), so it reads the annotation as what its compiled code returns
+    Output = torch.Tensor
 
 
 def _is_fx_proxy(x: torch.Tensor) -> bool:
@@ -402,7 +412,9 @@ class VisionTransformer(nn.Module):
         """timm's hook for files ``torch.load`` cannot read (``load_checkpoint`` of a JAX ``.npz``)."""
         load_pretrained(self, checkpoint_path, prefix)
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> tuple[list[str], list[str]]:
         """``nn.Module.load_state_dict``; a model built on ``meta`` takes the tensors instead of copying.
 
         Copying into ``meta`` would load nothing, so such a model loads by assignment (tensors in
@@ -721,7 +733,7 @@ class VisionTransformer(nn.Module):
         attn_mask: torch.Tensor | None = None,
         patch_valid: torch.Tensor | None = None,
         patch_coord: torch.Tensor | None = None,
-    ):
+    ) -> Output:
         """(B, C, H, W) image -> (B, prefix + N, D) tokens after the final norm.
 
         A NaFlex batch (a dict, or patches with ``patch_coord`` and ``patch_valid``) gives timm's
@@ -773,7 +785,9 @@ class VisionTransformer(nn.Module):
         pool_type = self.global_pool if pool_type is None else pool_type
         return pooling.pool_tokens(x, pool_type, self.num_prefix_tokens, self.pool_include_prefix, patch_valid)
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, patch_valid: torch.Tensor | None = None):
+    def forward_head(
+        self, x: torch.Tensor, pre_logits: bool = False, patch_valid: torch.Tensor | None = None
+    ) -> Output:
         """Tokens from ``forward_features`` -> logits (or the pooled pre-logit features).
 
         NaFlex features (the dict ``forward_features`` returns, or padded tokens with ``patch_valid``)
@@ -801,7 +815,7 @@ class VisionTransformer(nn.Module):
         attn_mask: torch.Tensor | None = None,
         patch_valid: torch.Tensor | None = None,
         patch_coord: torch.Tensor | None = None,
-    ):
+    ) -> Output:
         """Logits: ``forward_head(forward_features(x))``, timm's computation.
 
         Opted into with ``pooled_forward`` (``set_pooled_forward()``), a head that reads only
@@ -845,7 +859,7 @@ class VisionTransformer(nn.Module):
         attn_mask: torch.Tensor | None = None,
         patch_coord: torch.Tensor | None = None,
         patch_valid: torch.Tensor | None = None,
-    ):
+    ) -> list[torch.Tensor] | tuple[Any, list[torch.Tensor]] | dict[str, Any]:
         """timm's intermediate-feature API: block outputs at ``indices`` as NCHW maps or NLC tokens.
 
         A NaFlex batch gives NLC tokens in the batch's padded layout (with ``output_dict`` also its

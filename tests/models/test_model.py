@@ -29,9 +29,12 @@ def test_drop_path_drops_whole_samples_at_rate_and_rescales():
 
 def test_drop_path_rates_rise_linearly_over_depth():
     model = timm.create_model("scratch_vit_ti16", img_size=32, patch_size=8, depth=5, drop_path_rate=0.2)
-    rates = [block.drop_path1.drop_prob for block in model.blocks]
+    # as timm: a rate of 0 (the first block's) is no DropPath at all, an Identity
+    rates = [getattr(block.drop_path1, "drop_prob", 0.0) for block in model.blocks]
     assert rates == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
-    assert all(b.drop_path1.drop_prob == b.drop_path2.drop_prob for b in model.blocks)
+    assert isinstance(model.blocks[0].drop_path1, torch.nn.Identity)
+    assert all(type(b.drop_path1) is type(b.drop_path2) for b in model.blocks)
+    assert all(getattr(b.drop_path1, "drop_prob", 0) == getattr(b.drop_path2, "drop_prob", 0) for b in model.blocks)
 
 
 def test_dropout_rates_reach_every_layer():

@@ -52,11 +52,12 @@ class Block(nn.Module):
             **dd,
         )
         self.ls1 = LayerScale(dim, init_values=init_values, **dd) if init_values else nn.Identity()
-        self.drop_path1 = DropPath(drop_path)
+        # as timm: stochastic depth only where its rate is above 0 (the first block's never is)
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = norm_layer(dim, **dd)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, bias=proj_bias, drop=proj_drop, **dd)
         self.ls2 = LayerScale(dim, init_values=init_values, **dd) if init_values else nn.Identity()
-        self.drop_path2 = DropPath(drop_path)
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, segments: PackedSegments | None = None

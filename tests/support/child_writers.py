@@ -18,7 +18,8 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple
 
 from timm_vitscratch import atomic_replace
 
@@ -62,7 +63,8 @@ def run_in_child(action: Callable[[], str], timeout: float = 300.0) -> tuple[int
 
 def _read_all(fd: int, timeout: float) -> str | None:
     """Everything written to the pipe ``fd`` until its writer closes it, or None after ``timeout`` seconds."""
-    chunks, deadline = [], time.monotonic() + timeout
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
     try:
         while True:
             ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
@@ -109,10 +111,10 @@ def run_killed_at(
             torch.set_num_threads(1)
             count = [0]
 
-            def wrap(module, name):
+            def wrap(module: ModuleType, name: str) -> None:
                 original = getattr(module, name)
 
-                def counted(*args, **kwargs):
+                def counted(*args: Any, **kwargs: Any) -> Any:
                     shown = [s for s in (_shown(a, work) for a in args[:2]) if s is not None]
                     if shown:
                         count[0] += 1

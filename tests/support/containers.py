@@ -11,6 +11,7 @@ import pickle
 import struct
 import zipfile
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ class Tensor:
     stride: Any
     extra: tuple = field(default_factory=tuple)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., torch.Tensor], tuple[Any, ...]]:
         args = (self.storage, self.offset, self.shape, self.stride, False, OrderedDict(), *self.extra)
         return torch._utils._rebuild_tensor_v2, args
 

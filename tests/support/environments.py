@@ -14,7 +14,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 def copy_project(dest: Path) -> Path:
     """The project's sources without build outputs, virtual environments or VCS data."""
 
-    def ignore(directory, names):
+    def ignore(directory: str, names: list[str]) -> set[str]:
         skipped = {
             name
             for name in names

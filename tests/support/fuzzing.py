@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
+import operator
 import os
 import queue
 import struct
@@ -22,8 +23,9 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -97,7 +99,7 @@ def damaged(draw: Any, data: bytes, structure: list[Span]) -> Damage:
             out[at] ^= 1 << bit
             steps.append(f"flip bit {bit} at {at}")
         else:
-            value = draw(st.integers(0, 255).filter(lambda v, old=out[at]: v != old))
+            value = draw(st.integers(0, 255).filter(partial(operator.ne, out[at])))
             out[at] = value
             steps.append(f"byte {at} = {value:#04x}")
     if not steps or draw(st.booleans()):
@@ -118,7 +120,6 @@ class LoaderProcess:
     def __init__(self, timeout: float = 60.0, script: Path = WORKER_SCRIPT) -> None:
         self.timeout = timeout
         self.script = script  # another worker speaking the same protocol (tests/support/naflex_worker.py)
-        self._proc: subprocess.Popen | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
         self._start()
@@ -127,7 +128,7 @@ class LoaderProcess:
         self._lines = queue.Queue()
         self._stderr.seek(0)
         self._stderr.truncate()
-        self._proc = subprocess.Popen(
+        self._proc: subprocess.Popen[str] = subprocess.Popen(
             [sys.executable, str(self.script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -135,12 +136,15 @@ class LoaderProcess:
             text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
+        assert self._proc.stdin is not None  # a pipe: stdin=PIPE above
+        self._stdin: IO[str] = self._proc.stdin
         threading.Thread(target=self._pump, args=(self._proc, self._lines), daemon=True).start()
         ready = self._next(120.0)
         assert ready is not None and ready.get("outcome") == "ready", f"loader process did not start: {ready}"
 
     @staticmethod
-    def _pump(proc: subprocess.Popen, lines: queue.Queue[str | None]) -> None:
+    def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("@@ "):
                 lines.put(line[3:])
@@ -153,9 +157,9 @@ class LoaderProcess:
             return {"outcome": "hang", "message": f"no answer within {timeout:.0f} s"}
         return None if line is None else json.loads(line)
 
-    def run(self, loader: str, path: Path, **extra: Any) -> dict[str, Any]:
-        self._proc.stdin.write(json.dumps({"loader": loader, "path": str(path), **extra}) + "\n")
-        self._proc.stdin.flush()
+    def run(self, loader: str, path: Path | str, **extra: Any) -> dict[str, Any]:
+        self._stdin.write(json.dumps({"loader": loader, "path": str(path), **extra}) + "\n")
+        self._stdin.flush()
         result = self._next(self.timeout)
         if result is None or result["outcome"] == "hang":
             self._proc.kill()
@@ -168,8 +172,8 @@ class LoaderProcess:
         return result
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.stdin.close()
+        if self._proc.poll() is None:
+            self._stdin.close()
             try:
                 self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

@@ -15,13 +15,14 @@ import json
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import timm
 import torch
 from safetensors.torch import load_file, save_file
 
 
-def run(job):
+def run(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("plugin", True) and "timm_vitscratch" not in sys.modules:
         import timm_vitscratch  # noqa: F401  (registers the scratch_* models)
     if job["kind"] == "logits":
@@ -43,10 +44,10 @@ def run(job):
     raise ValueError(f"unknown job kind {job['kind']!r}")
 
 
-def main(spec_path):
+def main(spec_file: str) -> None:
     torch.set_num_threads(1)  # the same arithmetic as the test process's reference logits
-    spec_path = Path(spec_path)
-    results = {}
+    spec_path = Path(spec_file)
+    results: dict[str, dict[str, Any]] = {}
     for job in json.loads(spec_path.read_text()):
         try:
             results[job["id"]] = {"ok": True, **run(job)}

@@ -26,6 +26,7 @@ from huggingface_hub import constants
 
 from tests.support import tiny
 from tests.support.local_hub import LocalHub
+from tests.support.local_hub.faults import AnyFault, Fault
 from timm_vitscratch.model_dir import save_model_directory
 
 TOKEN = "hf_local_test_token"
@@ -49,19 +50,26 @@ def local_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHub]:
         yield hub
 
 
-@pytest.fixture
-def inject(local_hub: LocalHub) -> Iterator[Any]:
-    """Add faults to the session's Hub for this test only; bodies still being sent are stopped after it."""
-    added, stop = [], threading.Event()
+class FaultAdder:
+    """``inject(fault)`` adds ``fault`` to the Hub and returns it; ``inject.stop`` is set when the test ends."""
 
-    def add(fault):
-        added.append(local_hub.inject(fault))
+    def __init__(self, hub: LocalHub) -> None:
+        self.hub = hub
+        self.added: list[Fault] = []
+        self.stop = threading.Event()
+
+    def __call__(self, fault: AnyFault) -> AnyFault:
+        self.added.append(self.hub.inject(fault))
         return fault
 
-    add.stop = stop
+
+@pytest.fixture
+def inject(local_hub: LocalHub) -> Iterator[FaultAdder]:
+    """Add faults to the session's Hub for this test only; bodies still being sent are stopped after it."""
+    add = FaultAdder(local_hub)
     yield add
-    stop.set()
-    for fault in added:
+    add.stop.set()
+    for fault in add.added:
         local_hub.faults.remove(fault)
 
 
@@ -77,7 +85,7 @@ def use_hub(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     hf_home = Path(hf_home)
-    settings = dict(
+    settings: dict[str, object] = dict(
         ENDPOINT=endpoint,
         HUGGINGFACE_CO_URL_TEMPLATE=endpoint + "/{repo_id}/resolve/{revision}/{filename}",
         HF_HOME=str(hf_home),
@@ -91,8 +99,8 @@ def use_hub(
         HF_HUB_DISABLE_XET=True,
         HF_HUB_DISABLE_TELEMETRY=True,
     )
-    for name, value in settings.items():
-        monkeypatch.setattr(constants, name, value)
+    for name, setting in settings.items():
+        monkeypatch.setattr(constants, name, setting)
     return {**os.environ}
 
 

@@ -14,6 +14,7 @@ import shutil
 import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -126,7 +127,8 @@ def make_model_card(path: Path, request: dict) -> dict:
     return {"outcome": "ok", "card": card}
 
 
-LOADERS = {
+#: name -> (the call, the exception types that are our own clear errors)
+LOADERS: dict[str, tuple[Callable[[Path, dict], dict], type[Exception] | tuple[type[Exception], ...]]] = {
     "limit_memory": (limit_memory, ()),
     "allocate": (allocate, ()),
     "timm_local_dir": (timm_local_dir, (ModelArgsError, ConversionError, ModelDirectoryError)),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import timm
 import torch
 from timm.data.naflex_dataset import NaFlexCollator
 from timm.data.naflex_transforms import Patchify
-from timm.models.naflexvit import checkpoint_filter_fn
+from timm.models.naflexvit import NaFlexVit, checkpoint_filter_fn
 
 #: image sizes (height, width) in pixels for 8-pixel patches: a square, wide and tall, a 1-patch-high strip,
 #: a 1-patch-wide strip, a single patch, and one larger than the model's 32x32 training size
@@ -29,10 +30,10 @@ def naflex_batch(
     return batch
 
 
-def timm_naflexvit(ours, reference: str = "vit_tiny_patch16_224", **kwargs):
+def timm_naflexvit(ours: torch.nn.Module, reference: str = "vit_tiny_patch16_224", **kwargs: Any) -> NaFlexVit:
     """timm's ``NaFlexVit`` built from the classic ViT ``reference`` (``use_naflex=True``) with ``ours``' weights,
     loaded through timm's own NaFlex checkpoint filter."""
-    model = timm.create_model(reference, use_naflex=True, **kwargs).eval()
+    model = cast(NaFlexVit, timm.create_model(reference, use_naflex=True, **kwargs).eval())
     # cloned: timm's filter adds the class token's position into the class token in place
     model.load_state_dict(checkpoint_filter_fn({k: v.clone() for k, v in ours.state_dict().items()}, model))
     return model

@@ -37,13 +37,15 @@ def main(out: Path) -> None:
     if info["distributed"]:
         task.prepare_distributed()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainable = task.get_trainable_module()  # DDP-wrapped under torchrun; Optional in timm only for ema=True
+    assert trainable is not None
     losses = []
     for step in range(STEPS):
         pictures = images(SIZES, seed=step)
         labels = torch.arange(len(pictures)) % 4
         mine = list(range(rank, len(pictures), world))
         batch = naflex_batch([pictures[i] for i in mine], patch_size=8, max_seq_len=64)
-        loss = F.cross_entropy(task.get_trainable_module()(batch), labels[mine])
+        loss = F.cross_entropy(trainable(batch), labels[mine])
         (loss * world * len(mine) / len(pictures)).backward()
         optimizer.step()
         optimizer.zero_grad()

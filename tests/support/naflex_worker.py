@@ -17,17 +17,17 @@ import json
 import sys
 import traceback
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import timm
 import torch
 
-import timm_vitscratch  # noqa: F401  (registers the scratch_* models)
+from timm_vitscratch import VisionTransformer  # importing the package registers the scratch_* models
 from timm_vitscratch.errors import NaFlexBatchError
 
-TINY = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3)
+TINY: dict[str, Any] = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3)
 #: the models a case may run through (one per kind of position embedding and prefix)
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     "learned": {},
     "sincos": {"pos_embed": "sincos"},
     "registers-avg": {"reg_tokens": 1, "class_token": False, "global_pool": "avg", "no_embed_class": True},
@@ -35,9 +35,9 @@ MODELS = {
 
 
 @cache
-def model(name: str) -> torch.nn.Module:
+def model(name: str) -> VisionTransformer:
     torch.manual_seed(0)
-    return timm.create_model("scratch_vit_ti16", **TINY, **MODELS[name]).eval()
+    return cast(VisionTransformer, timm.create_model("scratch_vit_ti16", **TINY, **MODELS[name]).eval())
 
 
 def _dtype(name: str) -> torch.dtype:

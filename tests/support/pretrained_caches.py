@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+import torch
 from safetensors.torch import save_file
 
 from .hub_fixtures import use_hub
@@ -16,7 +18,7 @@ from .hub_fixtures import use_hub
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
-def offline_caches(root: Path, monkeypatch) -> Path:
+def offline_caches(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Empty HF and torch caches under ``root``; no network (offline, and an endpoint nobody answers)."""
     use_hub(monkeypatch, "http://127.0.0.1:9", root / "hf", offline=True)
     monkeypatch.setenv("TORCH_HOME", str(root / "torch"))
@@ -42,7 +44,7 @@ def lay_in_torch_cache(root: Path, url: str) -> Path:
     return checkpoints / url.rsplit("/", 1)[-1]
 
 
-def save_safetensors(state_dict) -> Callable[[Path], None]:
+def save_safetensors(state_dict: dict[str, torch.Tensor]) -> Callable[[Path], None]:
     return lambda path: save_file(
         {k: v.contiguous() for k, v in state_dict.items()}, str(path), metadata={"format": "pt"}
     )

@@ -10,6 +10,8 @@ import collections
 import sys
 from typing import Any
 
+import pytest
+
 #: what this process will print: parts merged from the workers, or this process's own
 MERGED: dict[str, Any] = {"fuzz": collections.defaultdict(collections.Counter), "sections": []}
 
@@ -29,7 +31,7 @@ def merge(parts: dict[str, Any]) -> None:
     MERGED["sections"].extend(parts["sections"])
 
 
-def write(terminalreporter) -> None:
+def write(terminalreporter: pytest.TerminalReporter) -> None:
     for title, text in MERGED["sections"]:
         terminalreporter.section(title)
         terminalreporter.write_line(text)

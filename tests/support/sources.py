@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import timm
 import torch
 import torchvision
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 #: ViT-Ti/16 (the smallest registered variant: scratch_vit_ti16)
 TI = dict(embed_dim=192, depth=12, num_heads=3, patch_size=16)
@@ -55,7 +59,7 @@ def batch(img_size: int = 224, n: int = 2, seed: int = 1) -> torch.Tensor:
     return torch.randn(n, 3, img_size, img_size, generator=torch.Generator().manual_seed(seed))
 
 
-def timm_vit(**kwargs) -> nn.Module:
+def timm_vit(**kwargs: Any) -> nn.Module:
     return randomized(lambda: timm.create_model("vit_tiny_patch16_224", **{"num_classes": NUM_CLASSES, **kwargs}))
 
 
@@ -63,7 +67,7 @@ def timm_deit_distilled() -> nn.Module:
     return randomized(lambda: timm.create_model("deit_tiny_distilled_patch16_224", num_classes=NUM_CLASSES))
 
 
-def torchvision_vit(representation_size=None, image_size: int = 224) -> nn.Module:
+def torchvision_vit(representation_size: int | None = None, image_size: int = 224) -> nn.Module:
     return randomized(
         lambda: torchvision.models.VisionTransformer(
             image_size=image_size,
@@ -78,7 +82,7 @@ def torchvision_vit(representation_size=None, image_size: int = 224) -> nn.Modul
     )
 
 
-def hf_config(cls_name: str = "ViTConfig", **kwargs):
+def hf_config(cls_name: str = "ViTConfig", **kwargs: Any) -> PretrainedConfig:
     import transformers
 
     return getattr(transformers, cls_name)(
@@ -126,7 +130,9 @@ def google_npz(model: nn.Module, path: Path, representation: dict[str, torch.Ten
     attention kernels keep a heads axis). ``representation`` adds pre_logits/head arrays (in21k style)."""
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     dim = sd["cls_token"].shape[-1]
-    heads = model.blocks[0].attn.num_heads
+    blocks = list(model.get_submodule("blocks").children())
+    # timm's Attention and ours both hold it; nn.Module types undeclared attributes as Tensor | Module
+    heads = cast(int, blocks[0].get_submodule("attn").num_heads)
     arrays = {
         "embedding/kernel": sd["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
         "embedding/bias": sd["patch_embed.proj.bias"],
@@ -140,7 +146,7 @@ def google_npz(model: nn.Module, path: Path, representation: dict[str, torch.Ten
         arrays["head/bias"] = sd["head.bias"]
     for name, value in (representation or {}).items():
         arrays[name] = value.detach().numpy()
-    for i in range(len(model.blocks)):
+    for i in range(len(blocks)):
         p, b = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
         mha = b + "MultiHeadDotProductAttention_1/"
         arrays[b + "LayerNorm_0/scale"], arrays[b + "LayerNorm_0/bias"] = sd[p + "norm1.weight"], sd[p + "norm1.bias"]
@@ -154,11 +160,13 @@ def google_npz(model: nn.Module, path: Path, representation: dict[str, torch.Ten
         for k in range(2):
             arrays[f"{b}MlpBlock_3/Dense_{k}/kernel"] = sd[f"{p}mlp.fc{k + 1}.weight"].T
             arrays[f"{b}MlpBlock_3/Dense_{k}/bias"] = sd[f"{p}mlp.fc{k + 1}.bias"]
-    np.savez(path, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+    # Any: numpy's stub would match a dict's values against savez's own keyword ``allow_pickle: bool`` too
+    contiguous: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    np.savez(path, **contiguous)
     return path
 
 
-def logits(model, x: torch.Tensor) -> torch.Tensor:
+def logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         out = model(x)
     return getattr(out, "logits", out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from functools import partial
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -68,8 +68,15 @@ def timm_pair(family: str, **overrides: Any) -> tuple[nn.Module, VisionTransform
     return reference, ours
 
 
+@runtime_checkable
+class _FusedAttnSwitch(Protocol):
+    """What has timm's per-module attention switch: timm's attention layers and ours."""
+
+    fused_attn: bool
+
+
 def set_fused_attn(model: nn.Module, fused: bool) -> None:
     """timm's per-module attention switch, on every attention layer (timm's or ours) of ``model``."""
     for module in model.modules():
-        if hasattr(module, "fused_attn"):
+        if isinstance(module, _FusedAttnSwitch):  # an attribute check, as hasattr()
             module.fused_attn = fused

@@ -14,10 +14,12 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from tests.support.local_hub.faults import (
     Answer,
     AnswerFault,
+    AnyFault,
     CorruptBodyFault,
     CutBodyFault,
     DelayFault,
@@ -55,10 +57,17 @@ class LocalHub:
     """
 
     def __init__(
-        self, root: os.PathLike | None = None, token: str | None = None, host: str = "127.0.0.1", port: int = 0
+        self,
+        root: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
-        self._tmp = None if root is not None else tempfile.TemporaryDirectory(prefix="local-hub-")
-        self.root = Path(root if root is not None else self._tmp.name)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if root is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="local-hub-")
+            root = self._tmp.name
+        self.root = Path(root)
         self.store = RepoStore(self.root)
         self.token = token
         self.faults: list[Fault] = []
@@ -102,11 +111,11 @@ class LocalHub:
         self.stop()
 
     # --- faults and the request log ------------------------------------------------------------
-    def inject_error(self, status: int = 500, **match: object) -> HttpErrorFault:
+    def inject_error(self, status: int = 500, **match: Any) -> HttpErrorFault:
         """Answer matching requests (``method=``, ``path=`` regex, ``origin=``, ``times=``) with ``status``."""
         return self.inject(HttpErrorFault(status, **match))
 
-    def inject(self, fault: Fault) -> Fault:
+    def inject(self, fault: AnyFault) -> AnyFault:
         """Add any :class:`Fault` (delay, dropped connection, cut or corrupted body ...); returns it."""
         self.faults.append(fault)
         return fault

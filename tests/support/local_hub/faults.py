@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 
 class Fault:
@@ -49,6 +49,10 @@ class Fault:
 
     def respond(self, handler: Any) -> None:
         raise NotImplementedError
+
+
+#: a fault of any kind, returned as the kind it was given (``inject`` hands back what it added)
+AnyFault = TypeVar("AnyFault", bound=Fault)
 
 
 class HttpErrorFault(Fault):
@@ -170,9 +174,9 @@ class CorruptBodyFault(Fault):
         def corrupt(chunk: bytes, offset: int, length: int) -> bytes:
             at = self.at if self.at is not None else length // 2
             if offset <= at < offset + len(chunk):
-                chunk = bytearray(chunk)
-                chunk[at - offset] ^= 0xFF
-                chunk = bytes(chunk)
+                edited = bytearray(chunk)
+                edited[at - offset] ^= 0xFF
+                chunk = bytes(edited)
             return chunk
 
         _filter_body(handler, corrupt)

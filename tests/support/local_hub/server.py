@@ -24,6 +24,9 @@ XET_MESSAGE = (
     "set HF_HUB_DISABLE_XET=1 in the client's environment."
 )
 
+#: what ``socketserver`` hands a server per request: a TCP server gets the connection's socket
+_Request = socket.socket | tuple[bytes, socket.socket]
+
 
 class _Server(ThreadingHTTPServer):
     """Keeps track of open connections so that ``stop()`` really cuts keep-alive clients off."""
@@ -32,19 +35,21 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type, hub: Any, origin: str) -> None:
         self.hub, self.origin = hub, origin
-        self.connections: set = set()
+        self.connections: set[_Request] = set()
         super().__init__(address, handler)
 
-    def process_request(self, request: socket.socket, client_address: Any) -> None:
+    def process_request(self, request: _Request, client_address: Any) -> None:
         self.connections.add(request)
         super().process_request(request, client_address)
 
-    def shutdown_request(self, request: socket.socket) -> None:
+    def shutdown_request(self, request: _Request) -> None:
         self.connections.discard(request)
         super().shutdown_request(request)
 
     def close_connections(self) -> None:
         for connection in list(self.connections):
+            if not isinstance(connection, socket.socket):  # a datagram server's (data, socket); not served here
+                continue
             try:
                 connection.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -56,6 +61,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     server_version = "timm_vitscratch-local-hub"
     timeout = 60  # an idle keep-alive connection is dropped after this many seconds
     server: _Server
+    _status: int  # of the answer sent, for the request log
+    _body: Iterator[bytes] | None  # the request body's chunks, once read
 
     # --- plumbing ------------------------------------------------------------------------------
     def log_message(self, format: str, *args: Any) -> None:
@@ -174,7 +181,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self._send_error(error)
 
-    def _route(self, origin: str, path: str) -> tuple[Callable, list[str]] | None:
+    def _route(self, origin: str, path: str) -> tuple[Callable[..., None], list[str | None]] | None:
         parts = [unquote(p) for p in path.split("/")[1:]]
         method = self.command
         if origin == "storage":

@@ -219,7 +219,7 @@ class RepoStore:
         if size > REGULAR_FILE_LIMIT or b"\0" in sample:
             return "lfs"
         attributes = commit["files"].get(".gitattributes")
-        patterns = LFS_PATTERNS
+        patterns: tuple[str, ...] = LFS_PATTERNS
         if attributes is not None:
             text = self.file_path(attributes).read_text()
             patterns = tuple(line.split()[0] for line in text.splitlines() if "filter=lfs" in line)

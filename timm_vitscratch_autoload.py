@@ -16,12 +16,11 @@ This module is loaded at every interpreter start-up: keep it free of imports bey
 ``sys`` (both already loaded by then).
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
-# typing is not imported at start-up: mypy reads this name as true, the interpreter as False
+# nothing beyond os and sys is imported at start-up (not even __future__, so the annotations naming
+# these types are strings): mypy reads this name as true, the interpreter as False
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.abc
@@ -68,8 +67,8 @@ class PostImportHook:
         self.plugin = plugin
 
     def find_spec(
-        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+        self, fullname: str, path: "Sequence[str] | None" = None, target: "types.ModuleType | None" = None
+    ) -> "importlib.machinery.ModuleSpec | None":
         if fullname != self.target:
             return None
         spec = None
@@ -93,14 +92,14 @@ class PostImportHook:
 class _ImportPluginAfterExec:
     """Loader wrapper: runs the real loader, then imports the plugin."""
 
-    def __init__(self, loader: importlib.abc.Loader, hook: PostImportHook) -> None:
+    def __init__(self, loader: "importlib.abc.Loader", hook: "PostImportHook") -> None:
         self._loader = loader
         self._hook = hook
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+    def create_module(self, spec: "importlib.machinery.ModuleSpec") -> "types.ModuleType | None":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: types.ModuleType) -> None:
+    def exec_module(self, module: "types.ModuleType") -> None:
         # Give the module its real loader back before it runs, so that neither timm nor any tool
         # that inspects timm.__loader__ / timm.__spec__ ever sees this wrapper.
         module.__loader__ = self._loader
@@ -114,14 +113,14 @@ class _ImportPluginAfterExec:
         # `import timm`), this returns the partial module and that import registers the models.
         import_plugin(self._hook.plugin)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> "Any":
         # anything else a tool may ask of the loader (get_resource_reader, is_package, ...)
         if name == "_loader":
             raise AttributeError(name)
         return getattr(self._loader, name)
 
 
-def installed_hook(target: str = TARGET) -> PostImportHook | None:
+def installed_hook(target: str = TARGET) -> "PostImportHook | None":
     """The armed :class:`PostImportHook` for ``target`` on ``sys.meta_path``, or None."""
     for finder in sys.meta_path:
         if isinstance(finder, PostImportHook) and finder.target == target:

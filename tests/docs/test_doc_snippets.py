@@ -141,6 +141,15 @@ RUN: dict[str, StandIn] = {
     "--dtype bfloat16": StandIn(replace=(("scratch_vit_b16", "scratch_vit_ti16"),)),  # the tiny .npz is a ViT-Ti
     "docs/conversion.md: vitscratch convert google-vit/ out/ --verify --strict": StandIn(),
     "docs/conversion.md: vitscratch export out/ --to torchvision vit.pth": StandIn(),
+    "docs/conversion.md: import timm": StandIn(
+        replace=(  # vit_b_16.pth is a tiny torchvision ViT here: one block, 48 wide, 12 heads, 32x32 in 8x8 patches
+            (
+                'create_model("scratch_vit_b16", num_classes=1000)',
+                'create_model("scratch_vit_b16", num_classes=4, img_size=32, patch_size=8, depth=1, embed_dim=48, '
+                "mlp_ratio=2.0)",
+            ),
+        )
+    ),
     "docs/conversion.md: vitscratch export out/ --to jax vit.npz --dtype float32": StandIn(),
     # docs/guarantees.md: its own local server
     'docs/guarantees.md: """hf_hub_download builds cache paths from the Hub\'s answer headers without checking them."""': (
@@ -163,6 +172,9 @@ RUN: dict[str, StandIn] = {
     "docs/hub.md: vitscratch pull ORG/NAME models/name --force": StandIn(),
     "docs/hub.md: vitscratch pull ORG/NAME models/name --strict": StandIn(
         replace=(("models/name --strict", "models/name-strict --strict"),)  # models/name is full by now
+    ),
+    "docs/hub.md: vitscratch pull ORG/NAME models/name --online": StandIn(
+        replace=(("models/name --online", "models/name-online --online"),)  # models/name is full by now
     ),
     "docs/hub.md: vitscratch pull ORG/NAME .": StandIn(cwd="empty"),
     "docs/hub.md: from timm_vitscratch.hub import pull": StandIn(replace=(('"models/name"', '"models/name-py"'),)),

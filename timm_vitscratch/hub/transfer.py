@@ -72,10 +72,15 @@ class TransferLimits:
         )
 
 
-def _seconds(value: float | None, env: str, name: str, default: float) -> float:
-    where = name
+def _given(value: float | None, env: str, name: str) -> tuple[float | str | None, str]:
+    """The value passed, else the environment's when it is set; with where it came from, for the message."""
     if value is None and os.environ.get(env, "").strip():
-        value, where = os.environ[env], env  # type: ignore[assignment]
+        return os.environ[env], env
+    return value, name
+
+
+def _seconds(given: float | None, env: str, name: str, default: float) -> float:
+    value, where = _given(given, env, name)
     if value is None:
         return default
     try:
@@ -87,10 +92,8 @@ def _seconds(value: float | None, env: str, name: str, default: float) -> float:
     return seconds
 
 
-def _count(value: int | None, env: str, name: str, default: int) -> int:
-    where = name
-    if value is None and os.environ.get(env, "").strip():
-        value, where = os.environ[env], env  # type: ignore[assignment]
+def _count(given: int | None, env: str, name: str, default: int) -> int:
+    value, where = _given(given, env, name)
     if value is None:
         return default
     try:

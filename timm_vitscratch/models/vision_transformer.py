@@ -607,6 +607,7 @@ class VisionTransformer(nn.Module):
                 return self.blocks(x), kept
         checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
         depth = len(self.blocks) if depth < 0 else depth
+        # TorchScript unrolls this loop and allows no break in it: blocks past ``depth`` are skipped instead
         for index, block in enumerate(self.blocks):
             if index < depth:
                 if last_tokens > 0 and index == depth - 1:

@@ -10,6 +10,8 @@ package (and with it torch); the library checks against the same tuples.
 GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
 #: ``pos_embed``: a learned table, a fixed sincos table, or none
 POS_EMBEDS = ("learn", "sincos", "none", "")
+#: ``rope_type``: rotary position in attention (models/rotary.py), or none
+ROPE_TYPES = ("", "dinov3")
 #: ``weight_init``: timm's init schemes (models/weight_init.py)
 WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
 #: ``attn_impl``: ``F.scaled_dot_product_attention`` or the attention matrix made explicit
@@ -43,5 +45,5 @@ MAX_PATCHES = 16_384  # patch-grid cells of one image (a 128x128 grid: 2048 px a
 MAX_IN_CHANS = 64
 MAX_REG_TOKENS = 64
 MAX_MLP_RATIO = 16.0
-#: the whole model, counted on ``meta`` before building: 2e9 parameters is 8 GB in fp32 (ViT-G has 1.8e9)
-MAX_PARAMETERS = 2_000_000_000
+#: the whole model, counted on ``meta`` before building: 8e9 parameters is 16 GB in bf16 (DINOv3 7B has 6.7e9)
+MAX_PARAMETERS = 8_000_000_000

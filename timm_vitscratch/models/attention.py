@@ -3,7 +3,8 @@
 Both follow timm's switch between ``F.scaled_dot_product_attention`` and an eager path that
 materialises the attention matrix (``fused_attn``, set from ``attn_impl``), compute the same
 function either way, and use SDPA's mask convention. A packed NaFlex sequence comes with its
-``segments`` (models/packing.py), beside timm's ``attn_mask``: each image attends to itself.
+``segments`` (models/packing.py), beside timm's ``attn_mask``: each image attends to itself. A rotary
+position encoding comes as ``rope`` terms (models/rotary.py), applied to queries and keys.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import nn
 from ..choices import ATTN_IMPLS
 from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
 from .packing import PackedSegments, attend
+from .rotary import apply_rotary
 
 
 def check_attn_impl(attn_impl: str) -> str:
@@ -54,6 +56,10 @@ class Attention(nn.Module):
     ``F.scaled_dot_product_attention``; off, the attention matrix is materialised and passes
     through ``attn_drop`` (where timm's ``AttentionExtract`` hooks read it). Both compute the same
     function. ``norm`` (the merged heads, before ``proj``) is an Identity, as in timm's ViT.
+
+    ``eva_bias``: timm's ``Eva`` layout of the qkv bias, ``q_bias`` and ``v_bias`` parameters and a key
+    bias fixed at zero, added in one ``F.linear`` with ``qkv``'s weight as Eva does (so, as there, hooks
+    on ``qkv`` do not fire when the bias is on).
     """
 
     __jit_unused_properties__ = ("attn_impl",)
@@ -73,6 +79,7 @@ class Attention(nn.Module):
         norm_layer: NormLayer = DEFAULT_NORM_LAYER,
         qk_scale: float | None = None,
         attn_impl: str = "sdpa",
+        eva_bias: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -84,7 +91,13 @@ class Attention(nn.Module):
         self.head_dim = dim // num_heads
         self.scale = qk_scale if qk_scale is not None else self.head_dim**-0.5
         self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias, **dd)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias and not eva_bias, **dd)
+        if qkv_bias and eva_bias:
+            self.q_bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim, **dd))
+            self.register_buffer("k_bias", torch.zeros(dim, **dd), persistent=False)
+            self.v_bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim, **dd))
+        else:
+            self.q_bias = self.k_bias = self.v_bias = None
         self.q_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.attn_drop = nn.Dropout(attn_drop)
@@ -97,10 +110,16 @@ class Attention(nn.Module):
         """``'sdpa'`` or ``'eager'``: the path ``fused_attn`` selects."""
         return "sdpa" if self.fused_attn else "eager"
 
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """The qkv projection: the ``qkv`` module, or with Eva's separate biases its weight and their concatenation."""
+        if self.q_bias is None or self.k_bias is None or self.v_bias is None:
+            return self.qkv(x)
+        return F.linear(x, self.qkv.weight, torch.cat([self.q_bias, self.k_bias, self.v_bias]))
+
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
         batch, tokens, _ = x.shape
-        qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
+        qkv = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
         if torch.is_grad_enabled():
             # split on the q/k/v axis and only then move heads forward: backward stacks the three
             # gradients straight into the projection's layout, with no copy
@@ -121,13 +140,15 @@ class Attention(nn.Module):
         query normalisation runs for the kept queries alone.
         """
         batch, tokens, _ = x.shape
-        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        q, k, v = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
         q = q[:, :num_queries]
         return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
-    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+    def attention_weights(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
         q, k, _ = self._split_heads(x)
+        if rope is not None:
+            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
         return _masked_softmax_attention(q, k, self.scale, None)
 
     def _attention(
@@ -163,15 +184,24 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(self.norm(x)))
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, segments: PackedSegments | None = None
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        segments: PackedSegments | None = None,
+        rope: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """timm's call, ``attn_mask`` in SDPA's convention; ``segments``: the runs of a packed sequence."""
+        """timm's call, ``attn_mask`` in SDPA's convention; ``segments``: the runs of a packed sequence;
+        ``rope``: rotary terms (2, ..., N, head_dim) of every token (models/rotary.py)."""
         q, k, v = self._split_heads(x)
+        if rope is not None:
+            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
         return self._attend(q, k, v, attn_mask, segments)
 
-    def forward_queries(self, x: torch.Tensor, num_queries: int) -> torch.Tensor:
+    def forward_queries(self, x: torch.Tensor, num_queries: int, rope: torch.Tensor | None = None) -> torch.Tensor:
         """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
         q, k, v = self._split_heads_for_queries(x, num_queries)
+        if rope is not None:
+            q, k = apply_rotary(q, rope[..., :num_queries, :]), apply_rotary(k, rope)
         return self._attend(q, k, v)
 
 

@@ -1,6 +1,6 @@
 """Small building blocks of the Vision Transformer, in plain torch, and timm's layer options.
 
-The MLP, LayerScale, stochastic depth and patch dropout; how timm's ``act_layer`` and
+The MLP (and the gated SwiGLU), LayerScale, stochastic depth and patch dropout; how timm's ``act_layer`` and
 ``norm_layer`` arguments resolve. Module and parameter names are timm's (``mlp.fc1``,
 ``ls1.gamma`` ...) so that timm ViT/DeiT state dicts load without renames. Every layer takes
 keyword options named as timm names them, and timm's ``device`` / ``dtype`` factory arguments,
@@ -167,6 +167,41 @@ class Mlp(nn.Module):
         return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
 
 
+class SwiGLU(nn.Module):
+    """Gated MLP: fc2(silu(fc1_g(x)) * fc1_x(x)), timm's ``SwiGLU`` names (``fc1_g``, ``fc1_x``, ``act``, ``fc2``).
+
+    ``align_to`` rounds the hidden width up to a multiple (DINOv3's S+, H+ and 7B use 8 and 64)."""
+
+    init_roles: ClassVar[dict[str, str]] = {"fc1_g": "mlp", "fc1_x": "mlp", "fc2": "mlp"}
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int | None = None,
+        *,
+        align_to: int = 0,
+        bias: bool = True,
+        drop: float = 0.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
+        hidden_features = hidden_features or in_features
+        if align_to:
+            hidden_features += -hidden_features % align_to
+        self.fc1_g = nn.Linear(in_features, hidden_features, bias=bias, **dd)
+        self.fc1_x = nn.Linear(in_features, hidden_features, bias=bias, **dd)
+        self.act = nn.SiLU()
+        self.drop1 = nn.Dropout(drop)
+        self.norm = nn.Identity()  # timm's hook point between the gate and fc2
+        self.fc2 = nn.Linear(hidden_features, in_features, bias=bias, **dd)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x)))))
+
+
 def drop_path(x: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor:
     """Zero whole samples with probability ``drop_prob`` and rescale survivors by 1/keep."""
     if drop_prob == 0.0 or not training:
@@ -207,14 +242,18 @@ class PatchDropout(nn.Module):
         self.num_prefix_tokens = num_prefix_tokens
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_indices(x)[0]
+
+    def forward_with_indices(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The kept tokens and, when any were dropped, the (B, kept) indices of the kept patches."""
         if not self.training or self.prob == 0.0:
-            return x
+            return x, None
         prefix, patches = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
         batch, tokens = patches.shape[0], patches.shape[1]
         num_keep = max(1, int(tokens * (1.0 - self.prob)))
         keep = torch.randn(batch, tokens, device=x.device).argsort(dim=-1)[:, :num_keep]
         patches = patches.gather(1, keep.unsqueeze(-1).expand(-1, -1, patches.shape[-1]))
-        return torch.cat([prefix, patches], dim=1)
+        return torch.cat([prefix, patches], dim=1), keep
 
     def extra_repr(self) -> str:
         return f"prob={self.prob}, num_prefix_tokens={self.num_prefix_tokens}"

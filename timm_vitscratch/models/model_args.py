@@ -76,6 +76,9 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "qk_scale": (0.0, 100.0, "(]"),
     "representation_size": (1, choices.MAX_EMBED_DIM, "[]"),
     "norm_eps": (0.0, 0.1, "(]"),
+    "swiglu_align_to": (0, 1024, "[]"),
+    "rope_temperature": (0.0, 1e6, "(]"),
+    "rope_grid_offset": (-1.0, 1.0, "[]"),
 }
 #: the names a file may give a named option (the constructor takes more for some: module classes, callables)
 NAMES: dict[str, tuple[str, ...]] = {
@@ -85,6 +88,7 @@ NAMES: dict[str, tuple[str, ...]] = {
     "attn_impl": choices.ATTN_IMPLS,
     "act_layer": choices.GELU_NAMES + choices.ACT_NAMES,
     "norm_layer": choices.NORM_NAMES,
+    "rope_type": choices.ROPE_TYPES,
 }
 #: constructor arguments that say where the model is made, not what it is: never set by a file
 NOT_FROM_FILES = ("device", "dtype")

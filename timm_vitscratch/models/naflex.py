@@ -79,6 +79,7 @@ class Packed(NamedTuple):
     padded_index: torch.Tensor  # (L,) position of each packed token in the padded B * (prefix + N) layout
     batch: int
     slots: int  # prefix + N: the tokens of one image in the padded layout
+    rope: torch.Tensor | None = None  # (2, L, head_dim) rotary terms of each packed token, with rotary position
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(1, L, D) packed tokens -> (B, prefix + N, D) in the batch's padded layout, zeros at padding."""
@@ -102,10 +103,10 @@ Placement = Packed | Padded
 
 def drop_patches(
     layout: PackedLayout, prob: float, prefix: int, seq: int, packed: torch.Tensor
-) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+) -> tuple[torch.Tensor, list[int], torch.Tensor, torch.Tensor]:
     """Patch dropout in training: prefix tokens stay; each image keeps a random ``1 - prob`` share of its
     patches (at least one), as ``PatchDropout`` does for one image. Returns the kept tokens, the images'
-    new lengths (packed order) and the kept tokens' padded positions."""
+    new lengths (packed order), the kept tokens' padded positions and the (L,) mask of kept packed tokens."""
     padded_index, image = layout.padded_index, layout.image
     num_images = len(layout.lengths)
     counts = torch.bincount(image, minlength=num_images)
@@ -121,7 +122,7 @@ def drop_patches(
     keep[~is_prefix] = (rank < keep_count[image])[patch_rows]
     owner = torch.div(padded_index, prefix + seq, rounding_mode="floor")
     lengths = torch.bincount(owner[keep], minlength=num_images)
-    return packed[:, keep], lengths.index_select(0, layout.image_order).tolist(), padded_index[keep]
+    return packed[:, keep], lengths.index_select(0, layout.image_order).tolist(), padded_index[keep], keep
 
 
 def image_masks(

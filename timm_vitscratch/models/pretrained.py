@@ -56,6 +56,25 @@ TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_deit_ti16_distilled.fb_in1k": "deit_tiny_distilled_patch16_224.fb_in1k",
     "scratch_deit_s16_distilled.fb_in1k": "deit_small_distilled_patch16_224.fb_in1k",
     "scratch_deit_b16_distilled.fb_in1k": "deit_base_distilled_patch16_224.fb_in1k",
+    # DINOv3 (Meta's weights, DINOv3 License), converted by timm to its Eva names
+    "scratch_dinov3_s16.lvd1689m": "vit_small_patch16_dinov3.lvd1689m",
+    "scratch_dinov3_s16_qkvb.lvd1689m": "vit_small_patch16_dinov3_qkvb.lvd1689m",
+    "scratch_dinov3_s16_plus.lvd1689m": "vit_small_plus_patch16_dinov3.lvd1689m",
+    "scratch_dinov3_s16_plus_qkvb.lvd1689m": "vit_small_plus_patch16_dinov3_qkvb.lvd1689m",
+    "scratch_dinov3_b16.lvd1689m": "vit_base_patch16_dinov3.lvd1689m",
+    "scratch_dinov3_b16_qkvb.lvd1689m": "vit_base_patch16_dinov3_qkvb.lvd1689m",
+    "scratch_dinov3_l16.lvd1689m": "vit_large_patch16_dinov3.lvd1689m",
+    "scratch_dinov3_l16.sat493m": "vit_large_patch16_dinov3.sat493m",
+    "scratch_dinov3_l16_qkvb.lvd1689m": "vit_large_patch16_dinov3_qkvb.lvd1689m",
+    "scratch_dinov3_l16_qkvb.sat493m": "vit_large_patch16_dinov3_qkvb.sat493m",
+    "scratch_dinov3_h16_plus.lvd1689m": "vit_huge_plus_patch16_dinov3.lvd1689m",
+    "scratch_dinov3_h16_plus_qkvb.lvd1689m": "vit_huge_plus_patch16_dinov3_qkvb.lvd1689m",
+    "scratch_dinov3_7b16.lvd1689m": "vit_7b_patch16_dinov3.lvd1689m",
+    "scratch_dinov3_7b16.sat493m": "vit_7b_patch16_dinov3.sat493m",
+    # EUPE: DINOv3-shaped models distilled by Meta (FAIR Noncommercial Research License)
+    "scratch_dinov3_t16_qkvb.eupe_lvd1689m": "vit_tiny_patch16_dinov3_qkvb.eupe_lvd1689m",
+    "scratch_dinov3_s16_qkvb.eupe_lvd1689m": "vit_small_patch16_dinov3_qkvb.eupe_lvd1689m",
+    "scratch_dinov3_b16_qkvb.eupe_lvd1689m": "vit_base_patch16_dinov3_qkvb.eupe_lvd1689m",
 }
 
 TORCHVISION_TAGS: dict[str, tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)
@@ -93,11 +112,15 @@ _AUGREG_PAPER = (
     "How to train your ViT? Data, Augmentation, and Regularization in Vision Transformers",
 )
 _DEIT_PAPER = ("arXiv:2012.12877", "Training data-efficient image transformers & distillation through attention")
+_DINOV3_PAPER = ("arXiv:2508.10104", "DINOv3")
 _SWAG_PAPER = ("arXiv:2201.08371", "Revisiting Weakly Supervised Pre-Training of Visual Perception Models")
 _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first published)
     "augreg": (_AUGREG_PAPER, "https://github.com/google-research/vision_transformer"),
     "orig": (_VIT_PAPER, "https://github.com/google-research/vision_transformer"),
     "fb": (_DEIT_PAPER, "https://github.com/facebookresearch/deit"),
+    "lvd1689m": (_DINOV3_PAPER, "https://github.com/facebookresearch/dinov3"),
+    "sat493m": (_DINOV3_PAPER, "https://github.com/facebookresearch/dinov3"),
+    "eupe": (_DINOV3_PAPER, "https://huggingface.co/timm"),
 }
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std", "num_classes", "license")
 

@@ -49,6 +49,53 @@ _S = dict(embed_dim=384, depth=12, num_heads=6)
 _B = dict(embed_dim=768, depth=12, num_heads=12)
 _L = dict(embed_dim=1024, depth=24, num_heads=16)
 _H = dict(embed_dim=1280, depth=32, num_heads=16)
+#: DINOv3 as timm builds it (its ``Eva`` class): rotary position, four registers, LayerScale, LayerNorm eps
+#: 1e-5, any input size, mean-pooled patch tokens after the final norm; Eva's parameter names
+_DINOV3 = dict(
+    patch_size=16,
+    img_size=256,
+    qkv_bias=False,
+    init_values=1e-5,
+    reg_tokens=4,
+    pos_embed="none",
+    rope_type="dinov3",
+    rope_temperature=100.0,
+    dynamic_img_size=True,
+    global_pool="avg",
+    fc_norm=False,
+    norm_eps=1e-5,
+    eva_names=True,
+)
+_DINOV3_SIZES: dict[str, dict[str, Any]] = {
+    "t16": dict(embed_dim=192, depth=12, num_heads=3),
+    "s16": dict(embed_dim=384, depth=12, num_heads=6),
+    "s16_plus": dict(embed_dim=384, depth=12, num_heads=6, swiglu_mlp=True, swiglu_align_to=8),
+    "b16": dict(embed_dim=768, depth=12, num_heads=12),
+    "l16": dict(embed_dim=1024, depth=24, num_heads=16),
+    "h16_plus": dict(embed_dim=1280, depth=32, num_heads=20, swiglu_mlp=True, swiglu_align_to=8),
+    "7b16": dict(embed_dim=4096, depth=40, num_heads=32, mlp_ratio=2.0, swiglu_mlp=True, swiglu_align_to=64),
+}
+#: our DINOv3 variant -> timm's model of the same architecture (``_qkvb``: a qkv bias, zero in Meta's weights)
+DINOV3_TIMM_NAMES: dict[str, str] = {
+    "scratch_dinov3_s16": "vit_small_patch16_dinov3",
+    "scratch_dinov3_s16_qkvb": "vit_small_patch16_dinov3_qkvb",
+    "scratch_dinov3_s16_plus": "vit_small_plus_patch16_dinov3",
+    "scratch_dinov3_s16_plus_qkvb": "vit_small_plus_patch16_dinov3_qkvb",
+    "scratch_dinov3_b16": "vit_base_patch16_dinov3",
+    "scratch_dinov3_b16_qkvb": "vit_base_patch16_dinov3_qkvb",
+    "scratch_dinov3_l16": "vit_large_patch16_dinov3",
+    "scratch_dinov3_l16_qkvb": "vit_large_patch16_dinov3_qkvb",
+    "scratch_dinov3_h16_plus": "vit_huge_plus_patch16_dinov3",
+    "scratch_dinov3_h16_plus_qkvb": "vit_huge_plus_patch16_dinov3_qkvb",
+    "scratch_dinov3_7b16": "vit_7b_patch16_dinov3",
+    "scratch_dinov3_t16_qkvb": "vit_tiny_patch16_dinov3_qkvb",
+}
+
+
+def _dinov3(name: str) -> dict[str, Any]:
+    size = name.removeprefix("scratch_dinov3_").removesuffix("_qkvb")
+    return {**_DINOV3, **_DINOV3_SIZES[size], "qkv_bias": name.endswith("_qkvb")}
+
 
 #: Architecture of every registered variant (model kwargs before user overrides).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -68,6 +115,7 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "scratch_deit_ti16_distilled": dict(patch_size=16, distilled=True, **_TI),
     "scratch_deit_s16_distilled": dict(patch_size=16, distilled=True, **_S),
     "scratch_deit_b16_distilled": dict(patch_size=16, distilled=True, **_B),
+    **{name: _dinov3(name) for name in DINOV3_TIMM_NAMES},
 }
 
 
@@ -106,7 +154,16 @@ def _deit_cfg(**kwargs: Any) -> dict[str, Any]:
     )
 
 
+def _dinov3_cfg(**kwargs: Any) -> dict[str, Any]:
+    """DINOv3's backbones as timm publishes them: no classifier, 256 px, ImageNet mean/std, no crop."""
+    return _vit_cfg(
+        num_classes=0, input_size=(3, 256, 256), crop_pct=1.0, mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD
+    )
+
+
 def _pretrained_cfg(name: str) -> dict[str, Any]:
+    if name.startswith("scratch_dinov3_"):
+        return _dinov3_cfg()
     if name.startswith("scratch_deit_"):
         return _deit_cfg()
     if name.endswith("_in21k"):
@@ -484,3 +541,63 @@ def scratch_deit_s16_distilled(pretrained: bool = False, **kwargs: Any) -> Visio
 @register_model
 def scratch_deit_b16_distilled(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_deit_b16_distilled", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_s16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_s16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_s16_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_s16_qkvb", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_s16_plus(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_s16_plus", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_s16_plus_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_s16_plus_qkvb", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_b16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_b16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_b16_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_b16_qkvb", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_l16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_l16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_l16_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_l16_qkvb", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_h16_plus(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_h16_plus", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_h16_plus_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_h16_plus_qkvb", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_7b16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_7b16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov3_t16_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov3_t16_qkvb", pretrained, **kwargs)

@@ -11,7 +11,7 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
-from ..choices import GLOBAL_POOLS, POS_EMBEDS
+from ..choices import GLOBAL_POOLS, POS_EMBEDS, ROPE_TYPES
 from ..errors import NaFlexBatchError
 from ..private_api import record_input_size
 from . import intermediates, naflex, naflex_batch, pooling, storage
@@ -32,6 +32,7 @@ from .naflex_batch import NaFlexBatch, NaFlexSpec
 from .packing import PackedSegments, segments_of
 from .patch_embed import PatchEmbed
 from .position import position_encoding
+from .rotary import DinoV3Rotary, with_prefix_rows
 from .weight_init import apply_init, check_weight_init, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
@@ -117,6 +118,12 @@ class VisionTransformer(nn.Module):
         pooled_forward: bool = False,
         patchify_channels_last: bool = True,
         naflex_packed: bool = True,
+        eva_names: bool = False,
+        swiglu_mlp: bool = False,
+        swiglu_align_to: int = 0,
+        rope_type: str = "",
+        rope_temperature: float = 10000.0,
+        rope_grid_offset: float = 0.0,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -165,6 +172,14 @@ class VisionTransformer(nn.Module):
             patchify_channels_last: Flat NaFlex patches are (row, column, channel), as timm's loader makes them.
             naflex_packed: NaFlex batches run packed (padding costs nothing); False: timm's padded, masked
                 layout, which export always takes.
+            eva_names: timm's ``Eva`` names for the same layers (DINOv3, PE, EVA02): LayerScale as the blocks'
+                ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias`` (no key bias), and no
+                ``patch_drop`` / ``pre_logits`` modules when they would do nothing.
+            swiglu_mlp: The blocks' MLP is timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``, ``fc2``) instead of GELU.
+            swiglu_align_to: Round the SwiGLU hidden width up to a multiple of this (0: as mlp_ratio gives it).
+            rope_type: Rotary position in attention: 'dinov3' (models/rotary.py), or '' for none.
+            rope_temperature: The rotary periods' base.
+            rope_grid_offset: Added to every patch coordinate before the rotary angles.
             device: Where the tensors are made (timm's factory argument); 'meta' builds without storage.
             dtype: dtype of the tensors (timm's factory argument).
         """
@@ -182,6 +197,7 @@ class VisionTransformer(nn.Module):
             representation_size=representation_size,
             weight_init=weight_init,
             reg_tokens=reg_tokens,
+            rope_type=rope_type,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
@@ -237,9 +253,17 @@ class VisionTransformer(nn.Module):
         # positions for any grid, packed tokens or padded slots, from the table (a plain object, not a module)
         self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim)
         self.pos_drop = nn.Dropout(pos_drop_rate)
-        self.patch_drop = (
+        # rotary position for attention (timm's ``rope`` module); the prefix tokens are not rotated
+        self.rope = (
+            DinoV3Rotary(embed_dim // num_heads, temperature=rope_temperature, grid_offset=rope_grid_offset)
+            if rope_type == "dinov3"
+            else None
+        )
+        self.patch_drop: nn.Module | None = (
             PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
             if patch_drop_rate > 0
+            else None
+            if eva_names
             else nn.Identity()
         )
         self.norm_pre = norm(embed_dim, **dd) if pre_norm else nn.Identity()
@@ -263,6 +287,9 @@ class VisionTransformer(nn.Module):
                     norm_layer=norm,
                     qk_scale=qk_scale,
                     attn_impl=self.attn_impl,
+                    eva_names=eva_names,
+                    swiglu_mlp=swiglu_mlp,
+                    swiglu_align_to=swiglu_align_to,
                     **dd,
                 )
                 for rate in rates
@@ -290,11 +317,11 @@ class VisionTransformer(nn.Module):
         )
         self.fc_norm = norm(embed_dim, **dd) if final_norm and use_fc_norm else nn.Identity()
         if representation_size:
-            self.pre_logits: nn.Module = nn.Sequential(
+            self.pre_logits: nn.Module | None = nn.Sequential(
                 OrderedDict(fc=nn.Linear(embed_dim, representation_size, **dd), act=nn.Tanh())
             )
         else:
-            self.pre_logits = nn.Identity()
+            self.pre_logits = None if eva_names else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = self._make_head(num_classes, **dd)
         self.head_dist = self._make_head(num_classes, **dd) if distilled else None
@@ -319,6 +346,7 @@ class VisionTransformer(nn.Module):
         representation_size: int | None,
         weight_init: str,
         reg_tokens: int,
+        rope_type: str,
     ) -> None:
         """Refuse option values and combinations the model cannot build, before anything is built."""
         if num_classes < 0:
@@ -329,6 +357,12 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
         if pos_embed not in POS_EMBEDS:
             raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+        if rope_type and (embed_dim // num_heads) % 4:
+            raise ValueError(
+                f"rotary position needs a head width (embed_dim / num_heads) divisible by 4, got {embed_dim // num_heads}"
+            )
         check_weight_init(weight_init)
         if reg_tokens < 0:
             raise ValueError(f"reg_tokens must be >= 0, got {reg_tokens}")
@@ -580,8 +614,34 @@ class VisionTransformer(nn.Module):
                 x = x + pos_embed
         return self.pos_drop(x)
 
-    def _embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
+    def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, C, H, W) image -> the blocks' input tokens, and the rotary terms of each token (None without RoPE)."""
+        x = self.patch_embed(x)
+        if self.dynamic_img_size:
+            height, width = x.shape[1], x.shape[2]
+        else:
+            height, width = self.patch_embed.grid_size
+        x = self._pos_embed(x)
+        rope: torch.Tensor | None = None
+        if self.rope is not None:
+            rope = with_prefix_rows(self.rope.for_grid(height, width, x.device), self.num_prefix_tokens)
+        if self.patch_drop is not None:
+            if rope is not None and self.training and isinstance(self.patch_drop, PatchDropout):
+                x, rope = self._drop_patches_and_rope(x, rope)
+            else:
+                x = self.patch_drop(x)
+        return self.norm_pre(x), rope
+
+    @torch.jit.unused
+    def _drop_patches_and_rope(self, x: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Patch dropout that keeps each kept patch's rotary terms: (2, B, 1, kept tokens, head_dim)."""
+        assert isinstance(self.patch_drop, PatchDropout)
+        x, keep = self.patch_drop.forward_with_indices(x)
+        if keep is None:
+            return x, rope
+        prefix = self.num_prefix_tokens
+        index = torch.cat([torch.arange(prefix, device=keep.device).expand(keep.shape[0], -1), keep + prefix], dim=1)
+        return x, rope[:, index][:, :, None]
 
     def _run_blocks(
         self,
@@ -592,6 +652,7 @@ class VisionTransformer(nn.Module):
         norm_kept: bool = False,
         depth: int = -1,
         last_tokens: int = 0,
+        rope: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The blocks, for every forward: the output and the block outputs at indices ``keep`` (normed with
         ``norm_kept``).
@@ -599,10 +660,11 @@ class VisionTransformer(nn.Module):
         Called as timm calls them: ``blocks`` as one module (so hooks on ``blocks`` fire) unless a mask,
         a packed sequence's ``segments``, kept outputs, the pooled-token forward or gradient checkpointing
         take them one by one. ``depth``: only the first ``depth`` blocks run (-1: all);
-        ``last_tokens``: the last of them computes only the first ``last_tokens`` tokens.
+        ``last_tokens``: the last of them computes only the first ``last_tokens`` tokens. ``rope``: rotary
+        terms of every token, which each block takes (as in timm's ``Eva``, the blocks then run one by one).
         """
         kept: list[torch.Tensor] = []
-        if attn_mask is None and segments is None and keep is None and last_tokens == 0:
+        if attn_mask is None and segments is None and keep is None and last_tokens == 0 and rope is None:
             if not self.grad_checkpointing:
                 return self.blocks(x), kept
         checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
@@ -613,18 +675,18 @@ class VisionTransformer(nn.Module):
                 if last_tokens > 0 and index == depth - 1:
                     # nn.Sequential types its items as Module; each is a Block
                     if checkpointing and not torch.jit.is_scripting():
-                        x = checkpoint(block.forward_prefix, x, last_tokens, use_reentrant=False)  # type: ignore[arg-type]
+                        x = checkpoint(block.forward_prefix, x, last_tokens, rope, use_reentrant=False)  # type: ignore[arg-type]
                     else:
-                        x = block.forward_prefix(x, last_tokens)  # type: ignore[operator]
+                        x = block.forward_prefix(x, last_tokens, rope)  # type: ignore[operator]
                 elif not torch.jit.is_scripting() and segments is not None:
                     if checkpointing:
-                        x = checkpoint(block, x, segments=segments, use_reentrant=False)
+                        x = checkpoint(block, x, segments=segments, rope=rope, use_reentrant=False)
                     else:
-                        x = block(x, segments=segments)
+                        x = block(x, segments=segments, rope=rope)
                 elif checkpointing and not torch.jit.is_scripting():
-                    x = checkpoint(block, x, attn_mask, use_reentrant=False)
+                    x = checkpoint(block, x, attn_mask, rope=rope, use_reentrant=False)
                 else:
-                    x = block(x, attn_mask)
+                    x = block(x, attn_mask, rope=rope)
                 if keep is not None and index in keep:
                     kept.append(self.norm(x) if norm_kept else x)
         return x, kept
@@ -685,14 +747,29 @@ class VisionTransformer(nn.Module):
         if prefix_tokens is not None:
             tokens = torch.cat([prefix_tokens.to(tokens.dtype).repeat(num_images, 1), tokens])
         packed = tokens.index_select(0, layout.order)[None]
+        rope = None
+        if self.rope is not None:
+            grids = torch.tensor(layout.grids, device=layout.image.device).index_select(0, layout.image)
+            rope = with_prefix_rows(self.rope.for_coords(layout.token_coord, grids), num_images * prefix)
+            rope = rope.index_select(1, layout.order)
         lengths, padded_index = layout.lengths, layout.padded_index
         if self.training and isinstance(self.patch_drop, PatchDropout):
-            packed, lengths, padded_index = naflex.drop_patches(layout, self.patch_drop.prob, prefix, seq, packed)
+            packed, lengths, padded_index, kept = naflex.drop_patches(layout, self.patch_drop.prob, prefix, seq, packed)
+            rope = None if rope is None else rope[:, kept]
         packed = self.norm_pre(self.pos_drop(packed))
         masks = None
         if batch.attn_mask is not None:
             masks = naflex.image_masks(batch.attn_mask, padded_index, lengths, prefix + seq)
-        return naflex.Packed(packed, segments_of(lengths, masks), padded_index, num_images, prefix + seq)
+        return naflex.Packed(packed, segments_of(lengths, masks), padded_index, num_images, prefix + seq, rope)
+
+    def _padded_rope(self, batch: NaFlexBatch) -> torch.Tensor | None:
+        """(2, B, 1, prefix + N, head_dim) rotary terms of every slot of the padded layout (None without RoPE):
+        each image's grid is its largest valid coordinate + 1."""
+        if self.rope is None:
+            return None
+        coord = batch.patch_coord * batch.patch_valid[..., None]
+        grid = coord.amax(dim=1, keepdim=True).expand_as(coord) + 1
+        return with_prefix_rows(self.rope.for_coords(coord, grid), self.num_prefix_tokens)[:, :, None]
 
     def _embed_padded(self, batch: NaFlexBatch) -> torch.Tensor:
         """(B, prefix + N, D) embedded tokens on timm's padded layout, every slot (shapes fixed by the batch)."""
@@ -719,13 +796,15 @@ class VisionTransformer(nn.Module):
         if self.naflex_packed and not naflex_batch.exporting():
             packed = self._pack(batch)
             x, kept = self._run_blocks(
-                packed.tokens, segments=packed.segments, keep=keep, norm_kept=norm_kept, depth=depth
+                packed.tokens, segments=packed.segments, keep=keep, norm_kept=norm_kept, depth=depth, rope=packed.rope
             )
             return x, kept, packed
         real = naflex.token_mask(batch.patch_valid, self.num_prefix_tokens)
         # keys only: padded queries see real keys, so no row is all -inf (no NaN)
         mask = real[:, None, None, :] if batch.attn_mask is None else batch.attn_mask
-        x, kept = self._run_blocks(self._embed_padded(batch), mask, keep=keep, norm_kept=norm_kept, depth=depth)
+        x, kept = self._run_blocks(
+            self._embed_padded(batch), mask, keep=keep, norm_kept=norm_kept, depth=depth, rope=self._padded_rope(batch)
+        )
         return x, kept, naflex.Padded(real)
 
     def forward_features(
@@ -745,7 +824,8 @@ class VisionTransformer(nn.Module):
                 batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
                 tokens, _, placement = self._naflex_blocks(batch)
                 return {"patches": placement.unpack(self.norm(tokens)), "patch_valid": batch.patch_valid}
-        x, _ = self._run_blocks(self._embed(x), attn_mask)
+        x, rope = self._embed(x)
+        x, _ = self._run_blocks(x, attn_mask, rope=rope)
         return self.norm(x)
 
     def pooled_token_count(self) -> int:
@@ -768,7 +848,8 @@ class VisionTransformer(nn.Module):
         num_tokens = self.pooled_token_count()
         if num_tokens == 0:
             return self.forward_features(x)
-        x, _ = self._run_blocks(self._embed(x), last_tokens=num_tokens)
+        x, rope = self._embed(x)
+        x, _ = self._run_blocks(x, last_tokens=num_tokens, rope=rope)
         return self.norm(x)
 
     def pool(
@@ -807,7 +888,10 @@ class VisionTransformer(nn.Module):
             if self.distilled_training and self.training and not torch.jit.is_scripting():
                 return x_cls, x_dist
             return (x_cls + x_dist) / 2
-        x = self.head_drop(self.pre_logits(self.fc_norm(self.pool(x, patch_valid=patch_valid))))
+        x = self.fc_norm(self.pool(x, patch_valid=patch_valid))
+        if self.pre_logits is not None:
+            x = self.pre_logits(x)
+        x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
     def forward(
@@ -839,10 +923,10 @@ class VisionTransformer(nn.Module):
     @torch.jit.ignore
     def forward_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Forward through the eager path, returning features and every block's (B, heads, N, N) attention."""
-        x = self._embed(x)
+        x, rope = self._embed(x)
         maps = []
         for block in self.blocks:
-            x, attn = block.forward_with_attention(x)  # type: ignore[operator]  # each item is a Block
+            x, attn = block.forward_with_attention(x, rope)  # type: ignore[operator]  # each item is a Block
             maps.append(attn)
         return self.norm(x), maps
 
@@ -896,7 +980,8 @@ class VisionTransformer(nn.Module):
                 extra={"patch_valid": batch.patch_valid},
             )
         height, width = x.shape[-2:]
-        x, kept = self._run_blocks(self._embed(x), attn_mask, keep=take_indices, norm_kept=norm, depth=request.depth)
+        x, rope = self._embed(x)
+        x, kept = self._run_blocks(x, attn_mask, keep=take_indices, norm_kept=norm, depth=request.depth, rope=rope)
         patches = [y[:, prefix:] for y in kept]
         if output_fmt == "NCHW":
             grid = self.patch_embed.dynamic_feat_size((height, width))

@@ -159,3 +159,65 @@ def test_new_classifier_follows_the_scheme():
     model.reset_classifier(7)
     assert torch.all(model.head.weight == 0)
     assert torch.allclose(model.head.bias, torch.full((7,), -math.log(7)))
+
+
+#: DINOv3 as timm's Eva builds it, in small widths: GELU or SwiGLU MLP, with and without the qkv bias
+_EVA_COMMON = dict(img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=4, num_classes=10, init_values=1e-5)
+
+
+@pytest.mark.parametrize("swiglu", [False, True], ids=["gelu", "swiglu"])
+@pytest.mark.parametrize("qkv_bias", [False, True], ids=["no_bias", "qkvb"])
+def test_eva_names_draw_timms_eva_tensors(swiglu, qkv_bias):
+    from functools import partial
+
+    from timm.layers import LayerNorm
+    from timm.models.eva import Eva
+
+    mlp = dict(swiglu_mlp=swiglu, swiglu_align_to=8 if swiglu else 0)
+    torch.manual_seed(0)
+    theirs = Eva(
+        **_EVA_COMMON,
+        **mlp,
+        qkv_bias=qkv_bias,
+        dynamic_img_size=True,
+        rope_type="dinov3",
+        rope_temperature=100,
+        rope_rotate_half=True,
+        use_rot_pos_emb=True,
+        use_abs_pos_emb=False,
+        num_reg_tokens=4,
+        use_fc_norm=False,
+        norm_layer=partial(LayerNorm, eps=1e-5),
+    )
+    torch.manual_seed(0)
+    ours = VisionTransformer(
+        **_EVA_COMMON,
+        **mlp,
+        qkv_bias=qkv_bias,
+        dynamic_img_size=True,
+        rope_type="dinov3",
+        rope_temperature=100,
+        reg_tokens=4,
+        pos_embed="none",
+        global_pool="avg",
+        fc_norm=False,
+        norm_eps=1e-5,
+        eva_names=True,
+    )
+    for name, mine, reference in _pairs(ours, theirs):
+        assert torch.equal(mine, reference), name
+
+
+def test_dinov3_through_create_model_has_evas_distributions():
+    # built on meta and initialised once: Eva's rules (tokens N(0, .02), residual projections scaled by depth,
+    # the head by 1e-3), not the classic ViT's (tokens N(0, 1e-6))
+    import timm_vitscratch  # noqa: F401  (registers the models)
+
+    torch.manual_seed(0)
+    model = timm.create_model("scratch_dinov3_s16", num_classes=100)
+    assert 0.015 < model.cls_token.std().item() < 0.025 and 0.015 < model.reg_token.std().item() < 0.025
+    last = len(model.blocks) - 1
+    proj = model.blocks[last].attn.proj.weight.std().item()
+    assert math.isclose(proj, 0.02 / math.sqrt(2 * (last + 1)), rel_tol=0.1), proj
+    assert 1e-5 < model.head.weight.std().item() < 3e-5 and torch.all(model.head.bias == 0)
+    assert torch.all(model.blocks[0].gamma_1 == 1e-5)

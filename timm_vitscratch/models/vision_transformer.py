@@ -1,6 +1,7 @@
 """The Vision Transformer: timm's ``VisionTransformer`` options and model hooks, plus DeiT distillation
 and ImageNet-21k "has_logits"."""
 
+import math
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -172,9 +173,10 @@ class VisionTransformer(nn.Module):
             patchify_channels_last: Flat NaFlex patches are (row, column, channel), as timm's loader makes them.
             naflex_packed: NaFlex batches run packed (padding costs nothing); False: timm's padded, masked
                 layout, which export always takes.
-            eva_names: timm's ``Eva`` names for the same layers (DINOv3, PE, EVA02): LayerScale as the blocks'
-                ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias`` (no key bias), and no
-                ``patch_drop`` / ``pre_logits`` modules when they would do nothing.
+            eva_names: Built as timm's ``Eva`` (DINOv3, PE, EVA02): its names for the same layers (LayerScale as
+                the blocks' ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias``, no key bias; no
+                ``patch_drop`` / ``pre_logits`` modules when they would do nothing), and with ``weight_init=''``
+                its init (tokens N(0, .02), the residual projections scaled down by depth, a head scaled by 1e-3).
             swiglu_mlp: The blocks' MLP is timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``, ``fc2``) instead of GELU.
             swiglu_align_to: Round the SwiGLU hidden width up to a multiple of this (0: as mlp_ratio gives it).
             rope_type: Rotary position in attention: 'dinov3' (models/rotary.py), or '' for none.
@@ -222,6 +224,7 @@ class VisionTransformer(nn.Module):
         # as timm: 'skip' builds without the init pass, and later inits are torch's layer defaults
         self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
         self.grad_checkpointing = False
+        self.eva_names = eva_names
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
         self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
@@ -402,14 +405,43 @@ class VisionTransformer(nn.Module):
         """
         if mode is not None:
             self.weight_init_mode = "reset" if check_weight_init(mode) == "skip" else mode
+        if self._eva_init():  # timm's Eva: the layers first, then its own tensors and its rescaling
+            apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset)
+            self._init_own_tensors()
+            self._eva_rescale()
+            return
         self._init_own_tensors()
         apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset)
+
+    def _eva_init(self) -> bool:
+        return self.eva_names and self.weight_init_mode == ""
+
+    def _eva_rescale(self, only: Collection[int] | None = None) -> None:
+        """Eva's last steps: each block's residual projections (``attn.proj``, ``mlp.fc2``) divided by
+        sqrt(2 * (index + 1)), the head drawn again and scaled by 1e-3. ``only``: the ids of fresh tensors."""
+        with torch.no_grad():
+            for index, block in enumerate(self.blocks):
+                assert isinstance(block, Block)
+                for layer in (block.attn.proj, block.mlp.fc2):
+                    if only is None or id(layer.weight) in only:
+                        layer.weight.div_(math.sqrt(2.0 * (index + 1)))
+            head = self.head
+            if isinstance(head, nn.Linear) and (only is None or id(head.weight) in only):
+                trunc_normal_(head.weight, std=0.02)
+                head.weight.mul_(1e-3)
+                head.bias.mul_(1e-3)
 
     def _init_own_tensors(self, only: Collection[int] | None = None) -> None:
         """timm's rules, in timm's order: the distillation token and the learned position table
         N(0, .02) truncated, the class and register tokens N(0, 1e-6); the sincos table computed.
         ``only``: the ids of the tensors to initialise (default: all)."""
         dist, pos, cls, reg = self.dist_token, self.pos_embed, self.cls_token, self.reg_token
+        if self._eva_init():  # Eva: the table, the class and the register tokens, each N(0, .02) truncated
+            with torch.no_grad():
+                for tensor in (pos, cls, reg):
+                    if tensor is not None and not self.sincos_pos_embed and (only is None or id(tensor) in only):
+                        trunc_normal_(tensor, std=0.02)
+            return
         with torch.no_grad():
             if dist is not None and (only is None or id(dist) in only):
                 trunc_normal_(dist, std=0.02)
@@ -436,7 +468,11 @@ class VisionTransformer(nn.Module):
         """
         device = torch.device(device) if device is not None else storage.default_device()
         names, fresh = storage.give_storage(self, device)
-        if fresh:
+        if fresh and self._eva_init():
+            apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset=True, only=fresh)
+            self._init_own_tensors(only=fresh)
+            self._eva_rescale(only=fresh)
+        elif fresh:
             self._init_own_tensors(only=fresh)
             apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset=True, only=fresh)
         return names

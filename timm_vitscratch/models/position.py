@@ -10,10 +10,10 @@ Each method answers positions to add to the tokens, or None when there is nothin
 - :class:`SincosPositions` (``pos_embed='sincos'``): the fixed 2-D sine-cosine table, computed for any grid;
 - :class:`NoPositions` (``pos_embed='none'``): nothing.
 
-A rotary encoding adds nothing to the tokens (every method here answers None); it acts on queries
-and keys inside attention. It fits as another implementation of this piece with one more method that
-gives per-token rotary terms from the same coordinates (a grid, or packed ``coord``), which the block
-runner hands to attention beside ``attn_mask`` / ``segments``.
+Rotary position (``rope_type``) adds nothing to the tokens: it acts on queries and keys inside attention.
+It is the model's ``rope`` module (models/rotary.py, timm's name), which gives per-token rotary terms from
+the same coordinates (a grid, packed ``coord``, padded slots); the block runner hands them to attention
+beside ``attn_mask`` / ``segments``. A family may use both (PE: a learned table and rotary terms).
 
 No ``from __future__ import annotations``: TorchScript compiles the object the model holds (``for_grid``
 and ``for_prefix`` run in the scripted image forward; the NaFlex methods are left out of TorchScript).

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("choices", "errors", "private_api", "version"),
     ("gate", "atomic_replace"),
     ("files",),
-    ("tensor_writer",),
+    ("tensor_writer", "licenses"),
     ("layouts",),
     ("models",),
     ("model_dir", "inspect"),

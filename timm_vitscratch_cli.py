@@ -259,6 +259,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {result.out} ({result.tensors} tensors, {result.target} layout) from {result.model_name}")
+    if result.license_file is not None:
+        print(f"wrote {result.license_file}: the text of the weights' license, which goes with every copy of them")
     return 0
 
 

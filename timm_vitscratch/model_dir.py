@@ -4,7 +4,8 @@ A model directory is timm's Hub layout: ``model.safetensors`` plus a ``config.js
 timm's own ``save_config_for_hf`` (``architecture``, ``num_classes``, ``num_features``,
 ``global_pool``, ``model_args``, ``pretrained_cfg``), so ``timm.create_model("hf-hub:…")`` and
 ``timm.create_model("local-dir:…")`` load it. We add one key of our own, ``"vitscratch"``, with the
-sha256 of the weights file and where the weights came from.
+sha256 of the weights file and where the weights came from. Weights whose license requires its text to
+travel with them (the DINOv3 License) get that text too, as ``LICENSE.md`` (:mod:`.licenses`).
 
 :func:`write_model_directory` is the one writer of these files: conversion streams a checkpoint
 through it, :func:`save_model_directory` (training, the Hub, the examples) a model in memory.
@@ -31,6 +32,7 @@ from .gate.files import read_text, regular_file
 from .gate.json_data import read_json_object
 from .gate.safetensors_data import SafetensorsData, safetensors_entries
 from .layouts.page_release import release_mapped_range
+from .licenses import write_license_files
 from .models.build import build_on_meta
 from .models.variants import check_config_file
 from .private_api import save_config_for_hf
@@ -73,6 +75,22 @@ def model_config(
     if config.get("model_args", {}).get("num_classes") == config["num_classes"]:
         del config["model_args"]["num_classes"]
     return config
+
+
+def recorded_facts(config: dict[str, Any]) -> dict[str, Any]:
+    """The pretrained cfg facts (license, paper, origin ...) that belong to these weights: none for a random init,
+    which timm gives its default tag's cfg, whose facts are not its own."""
+    metadata = config.get(METADATA_KEY)
+    source = (metadata.get("source") if isinstance(metadata, dict) else None) or {}
+    if isinstance(source, dict) and source.get("weights") == "random init":
+        return {}
+    cfg = config.get("pretrained_cfg")
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def weights_license(config: dict[str, Any]) -> Any:
+    """The license a model directory's config records for its weights (None: none recorded), as data."""
+    return recorded_facts(config).get("license")
 
 
 def read_label_names(path: PathLike) -> list[str]:
@@ -156,13 +174,16 @@ def write_model_directory(
     """Write ``model.safetensors`` (tensor by tensor: ``produce(spec)`` for each of ``specs``), then
     ``config.json`` describing ``model`` (which may live on ``meta``) with the weights' sha256.
 
-    Both files are written atomically; weights first, so a config never names weights that are not
+    Each file is written atomically; weights first, then the license text the config's license requires
+    (:mod:`.licenses`), then the config, so a config never names weights, or a license, whose files are not
     there. ``written(spec)`` is called once a tensor is on its way to disk (see ``write_safetensors``).
     Returns the sha256 of ``model.safetensors``.
     """
 
     sha256 = write_safetensors(Path(directory) / WEIGHTS_NAME, specs, produce, written=written)
-    write_config(directory, model_config(model, weights_sha256=sha256, source=source, label_names=label_names))
+    config = model_config(model, weights_sha256=sha256, source=source, label_names=label_names)
+    write_license_files(directory, weights_license(config))
+    write_config(directory, config)
     return sha256
 
 

@@ -15,7 +15,8 @@ from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
 from ..layouts.keymap import available
 from ..layouts.reader import open_checkpoint
-from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory
+from ..licenses import license_files, write_license_files
+from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory, weights_license
 from ..models.architecture import describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 from .formats import FORMATS
@@ -29,15 +30,17 @@ class ExportResult:
     model_name: str
     tensors: int
     notes: list[str]
+    #: the license text written beside ``out`` (``<out name>.LICENSE.md``) for weights whose license requires it
+    license_file: Path | None = None
 
 
-def _load_model_dir(model_dir: Path) -> tuple[str, torch.nn.Module, Path]:
+def _load_model_dir(model_dir: Path) -> tuple[dict[str, Any], torch.nn.Module, Path]:
     """The one model-directory check (``model_dir.check_model_directory``), as a ConversionError."""
     try:
         config, model = check_model_directory(model_dir, require_sha256=False)
     except ModelDirectoryError as err:
         raise ConversionError(str(err)) from None
-    return config["architecture"], model, model_dir / WEIGHTS_NAME
+    return config, model, model_dir / WEIGHTS_NAME
 
 
 def _refuse_what_the_layout_cannot_hold(
@@ -87,7 +90,9 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
 
     The output format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
     a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory. ``out`` is
-    written under a staging name and renamed into place; it may not be the directory's own files.
+    written under a staging name and renamed into place; it may not be the directory's own files. Weights
+    whose license requires its text to travel with them (the DINOv3 License) get it beside ``out``, as
+    ``<out name>.LICENSE.md``, written before ``out`` (and removed again if ``out`` cannot be written).
     """
     model_dir, out = Path(model_dir), Path(out)
     refuse_writing_over(model_dir, out)
@@ -98,7 +103,8 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
     if suffix not in fmt.export_suffixes:
         raise ConversionError(f"{to} export writes {' or '.join(fmt.export_suffixes)} files; got {out.name!r}", out)
     out_dtype = parse_dtype(dtype)
-    name, model, weights = _load_model_dir(model_dir)
+    config, model, weights = _load_model_dir(model_dir)
+    name = config["architecture"]
     arch = describe_model(model)
     notes = []
     if to != "timm" and model.global_pool != "token":
@@ -131,18 +137,24 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
             rule = rules[spec.name]
             return rule.op(*[checkpoint.tensor(s) for s in rule.sources]).to(spec.dtype).contiguous()
 
+        recorded, prefix = weights_license(config), f"{out.name}."
+        # the license texts this export adds beside ``out``: removed again if ``out`` cannot be written
+        added = [out.parent / n for n in license_files(recorded, prefix) if not os.path.lexists(out.parent / n)]
         try:
+            written = write_license_files(out.parent, recorded, prefix)
             if suffix == ".safetensors":
                 write_safetensors(out, specs, produce)
             elif suffix == ".npz":
                 write_npz(out, specs, produce)
             else:
                 write_torch(out, specs, produce)
-        except ConcurrentWriteError as err:
-            raise ConversionError(str(err)) from None
-        except (OSError, RuntimeError) as err:
-            cause = _failed_write(err)
+        except BaseException as err:
+            for path in added:  # no license text left behind for weights that were not written
+                path.unlink(missing_ok=True)
+            if isinstance(err, ConcurrentWriteError):
+                raise ConversionError(str(err)) from None
+            cause = _failed_write(err) if isinstance(err, (OSError, RuntimeError)) else None
             if cause is None:
                 raise
             raise ConversionError(f"cannot write the export: {cause.strerror or cause}", out) from None
-    return ExportResult(out, to, name, len(specs), notes)
+    return ExportResult(out, to, name, len(specs), notes, written[0] if written else None)

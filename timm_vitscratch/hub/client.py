@@ -53,6 +53,7 @@ from ..files import PathLike, atomic_write, sha256_file
 from ..gate.files import MAX_TEXT_BYTES
 from ..gate.hub_answers import COMMIT_ID, HubFile, commit_id
 from ..gate.hub_config import read_hub_config
+from ..licenses import license_files, write_license_files
 from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
@@ -62,6 +63,7 @@ from ..model_dir import (
     read_config,
     read_label_names,
     save_model_directory,
+    weights_license,
     with_label_names,
     write_config,
 )
@@ -110,7 +112,10 @@ def push(
     """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
 
     The commit holds ``config.json`` (with ``vitscratch.sha256``), ``model.safetensors`` and a model card
-    ``README.md``, and nothing else of the directory. Each of them must be a regular file in the directory:
+    ``README.md``, and nothing else of the directory; weights whose license requires its text to travel with
+    them (the DINOv3 License: :mod:`timm_vitscratch.licenses`) also get that text as ``LICENSE.md``, always the
+    package's own copy (a ``LICENSE.md`` in the directory is not read). Each of the directory's files must be a
+    regular file in the directory:
     a symlink, FIFO or device is refused by name before any request. Each is opened once (not following a
     link) and copied into a private staging directory; the checks run on those copies, and those bytes are
     what is uploaded, whatever happens to the directory meanwhile. After the commit, the Hub must report
@@ -146,7 +151,7 @@ def push(
         held = {f.rfilename for f in head.siblings or ()}
         if card is None and (replace_card or README_NAME not in held):
             card = model_card(config, model, repo_id).encode("utf-8")
-        contents = {CONFIG_NAME: (staging / CONFIG_NAME).read_bytes()}
+        contents = {CONFIG_NAME: (staging / CONFIG_NAME).read_bytes(), **license_files(weights_license(config))}
         if card is not None:
             contents[README_NAME] = card
         sent = {name: _digests(io.BytesIO(data)) for name, data in contents.items()}
@@ -386,7 +391,9 @@ def pull(
     the Hugging Face cache (so ``HF_HUB_OFFLINE=1`` works after one pull), each answer's headers checked
     against the list and each body stopped at the size listed (:mod:`.transfer`). The files are copied into a
     staging directory beside ``out_dir``, checked (registered architecture, tensors fit the config, sha256
-    equals ``config.json``'s ``vitscratch.sha256``) and swapped into place in one atomic step (``install``):
+    equals ``config.json``'s ``vitscratch.sha256``), given the text of a license that must travel with the
+    weights (``LICENSE.md``, from the package's own copy when the config records such a license: a license
+    file on the Hub is never downloaded) and swapped into place in one atomic step (``install``):
     on any failure, or a kill, ``out_dir`` is left as it was. A non-empty ``out_dir`` is replaced only with
     ``force``. Weights holding NaN or Inf are installed with a warning, or refused with ``strict=True``.
     Returns ``out_dir`` resolved (an absolute path).
@@ -427,7 +434,8 @@ def pull(
             if (snapshot / name).is_file():
                 with open(snapshot / name, "rb") as src, atomic_write(staging / name) as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-        check_model_directory(staging, require_sha256=True, label=label, strict=strict)
+        config, _ = check_model_directory(staging, require_sha256=True, label=label, strict=strict)
+        write_license_files(staging, weights_license(config))
         install(staging, out_dir, started, only_into_empty=not force)
     return out_dir
 

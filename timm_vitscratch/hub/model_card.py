@@ -8,8 +8,10 @@ A card carries data, not markup. Whatever comes from a config or a checkpoint (a
 name, the weights' source) becomes one line of escaped text (:func:`card_text`): no newline, no HTML, no
 link, image, heading or code span of its own. The YAML front matter holds only values of ours: the tags,
 the library, and a license from :data:`LICENSES` (a recorded license the table does not know becomes
-``unknown`` there, and is shown escaped in the card's body). ``huggingface_hub.ModelCard`` must parse the
-front matter back to exactly these fields, or no card is made.
+``unknown`` there, and is shown escaped in the card's body; one whose text travels with the weights, see
+:mod:`timm_vitscratch.licenses`, is ``other`` with its name and the file holding its text, which the body
+names too). ``huggingface_hub.ModelCard`` must parse the front matter back to exactly these fields, or no
+card is made.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from huggingface_hub.utils import validate_repo_id
 from torch import nn
 
 from ..inspect.counts import leaf_module_param_count, true_param_count
-from ..model_dir import METADATA_KEY
+from ..licenses import TRAVELLING, travelling_license
+from ..model_dir import METADATA_KEY, recorded_facts
 from ..models.architecture import describe_model
 from ..private_api import generate_readme
 
@@ -35,7 +38,8 @@ LIBRARY = "timm"
 UNKNOWN_LICENSE = "unknown"
 #: license ids a card may state, as the Hub writes them (lowercase SPDX ids): those of the weights the zoo
 #: offers (timm's and Google's apache-2.0, torchvision's bsd-3-clause, SWAG's cc-by-nc-4.0) and those
-#: people plausibly give their own weights
+#: people plausibly give their own weights; then the ids of licenses whose text travels with the weights
+#: (the DINOv3 License), which the Hub knows by no id: their card says ``other``, with name and file
 LICENSES = (
     "apache-2.0",
     "mit",
@@ -52,6 +56,7 @@ LICENSES = (
     "agpl-3.0",
     "mpl-2.0",
     "unlicense",
+    *TRAVELLING,
     UNKNOWN_LICENSE,
 )
 #: the most characters of one value a card shows (a longer one is cut, and says so)
@@ -161,19 +166,11 @@ def _listed(values: Any) -> str:
     return str(tuple(values)) if isinstance(values, list | tuple) else str(values)
 
 
-def recorded_facts(config: dict[str, Any]) -> dict[str, Any]:
-    """The pretrained cfg facts that belong to these weights (none for a random init)."""
-    metadata = config.get(METADATA_KEY)
-    source = (metadata.get("source") if isinstance(metadata, dict) else None) or {}
-    if isinstance(source, dict) and source.get("weights") == "random init":
-        return {}
-    cfg = config.get("pretrained_cfg")
-    return cfg if isinstance(cfg, dict) else {}
-
-
 def card_metadata(license_id: str) -> dict[str, Any]:
     """The card's front matter: ours only (``huggingface_hub.ModelCard`` reads the card back to exactly this)."""
-    return {"tags": list(TAGS), "pipeline_tag": TASK, "library_name": LIBRARY, "license": license_id}
+    travelling = travelling_license(license_id)
+    fields = travelling.card_metadata() if travelling is not None else {"license": license_id}
+    return {"tags": list(TAGS), "pipeline_tag": TASK, "library_name": LIBRARY, **fields}
 
 
 def model_card(config: dict[str, Any], model: nn.Module, repo_id: str) -> str:
@@ -190,8 +187,14 @@ def model_card(config: dict[str, Any], model: nn.Module, repo_id: str) -> str:
     facts = recorded_facts(config)
     recorded = facts.get("license")
     license_id = card_license(recorded)
+    travelling = travelling_license(license_id)
     if recorded is None:
         license_line = "not recorded by the weights' source"
+    elif travelling is not None:
+        license_line = (
+            f"{travelling.name} ({travelling.id}); its text is in {travelling.file_name}, which must go with "
+            "every copy of these weights"
+        )
     elif license_id == UNKNOWN_LICENSE:
         license_line = f"recorded as {card_text(recorded)} (not a license id the Hub knows)"
     else:
@@ -213,8 +216,9 @@ def model_card(config: dict[str, Any], model: nn.Module, repo_id: str) -> str:
         "Weights sha256": metadata.get("sha256", "not recorded"),
         **weights_facts(facts),
     }
+    expected = card_metadata(license_id)
     card = {
-        "license": license_id,
+        **{k: v for k, v in expected.items() if k.startswith("license")},
         "tags": list(TAGS),
         "description": (
             "A Vision Transformer written from scratch in PyTorch and registered with timm by the "
@@ -225,7 +229,6 @@ def model_card(config: dict[str, Any], model: nn.Module, repo_id: str) -> str:
         "usage": usage,
     }
     text = generate_readme(card, card_text(repo_id.split("/")[-1]), task_name=TASK)
-    expected = card_metadata(license_id)
     parsed = ModelCard(text, ignore_metadata_errors=False).data.to_dict()
     if parsed != expected:  # the card's own metadata writer would have let something through
         raise ValueError(f"the model card's metadata reads back as {parsed}, not as written ({expected})")

@@ -1,0 +1,122 @@
+"""The DINOv3 License's text travels through the Hub: push uploads it as ``LICENSE.md`` (the package's copy,
+whatever the directory holds), pull installs it (the package's copy, never the Hub's file), and the model card
+names it in its front matter (``license: other``, ``license_name``, ``license_link``) and in its body.
+
+A classic tiny model whose pretrained cfg records ``dinov3-license`` stands for the DINOv3 variants.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from huggingface_hub import ModelCard, hf_hub_download
+
+from tests.support import tiny
+from tests.support.hub_fixtures import model_dir, repo_for, upload_raw
+from timm_vitscratch import hub
+from timm_vitscratch.cli import main as cli_main
+from timm_vitscratch.hub.client import NothingToPush
+from timm_vitscratch.hub.model_card import LICENSES, card_license, card_metadata, model_card
+from timm_vitscratch.licenses import TRAVELLING
+from timm_vitscratch.model_dir import model_config
+
+DINOV3 = "dinov3-license"
+TEXT = TRAVELLING[DINOV3].read()
+LICENSE_LINE = (
+    "- **License:** DINOv3 License (dinov3-license); its text is in LICENSE.md, which must go with every copy "
+    "of these weights"
+)
+FRONT_MATTER = {
+    "tags": ["image-classification", "timm", "timm_vitscratch", "vision-transformer"],
+    "pipeline_tag": "image-classification",
+    "library_name": "timm",
+    "license": "other",
+    "license_name": "dinov3-license",
+    "license_link": "LICENSE.md",
+}
+
+
+def dinov3_tiny(**kwargs):
+    return tiny(pretrained_cfg_overlay=dict(license=DINOV3), **kwargs)
+
+
+def hub_files(local_hub, repo):
+    return sorted(local_hub.store.resolve(repo, "main")["files"])
+
+
+# --- the card ------------------------------------------------------------------------------------------
+def test_the_card_names_the_license_and_its_file():
+    model = dinov3_tiny()
+    card = model_card(model_config(model, weights_sha256="0" * 64), model, "org/name")
+    assert card_license(DINOV3) == DINOV3 and DINOV3 in LICENSES
+    assert card_metadata(DINOV3) == FRONT_MATTER
+    parsed = ModelCard(card, ignore_metadata_errors=False)
+    assert parsed.data.to_dict() == FRONT_MATTER
+    assert card.split("---\n")[1].splitlines()[-3:] == [
+        "license: other",
+        "license_name: dinov3-license",
+        "license_link: LICENSE.md",
+    ]
+    assert LICENSE_LINE in parsed.text.splitlines()
+
+
+def test_a_random_init_card_states_no_license():
+    model = dinov3_tiny()
+    config = model_config(model, weights_sha256="0" * 64, source={"weights": "random init"})
+    card = model_card(config, model, "org/name")
+    assert ModelCard(card).data.to_dict()["license"] == "unknown"
+    assert "LICENSE.md" not in card and "DINOv3" not in card
+
+
+# --- push and pull -------------------------------------------------------------------------------------
+@pytest.mark.slow  # through the local Hub server
+def test_push_uploads_the_packaged_text_and_pull_installs_it(hub_env, local_hub, tmp_path, request, capsys):
+    repo = repo_for(request)
+    directory = model_dir(tmp_path / "model", dinov3_tiny(num_classes=7))
+    (directory / "LICENSE.md").write_text("a text someone edited\n")  # not what is sent: the package's copy is
+    assert cli_main(["push", str(directory), repo]) == 0
+    assert hub_files(local_hub, repo) == [
+        ".gitattributes",
+        "LICENSE.md",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+    ]
+    assert Path(hf_hub_download(repo, "LICENSE.md")).read_bytes() == TEXT
+    card = ModelCard(Path(hf_hub_download(repo, "README.md")).read_text(), ignore_metadata_errors=False)
+    assert card.data.to_dict() == FRONT_MATTER
+    assert LICENSE_LINE in card.text.splitlines()
+    assert isinstance(hub.push(directory, repo), NothingToPush)  # the Hub holds the text already: nothing to send
+
+    out = tmp_path / "pulled"
+    assert cli_main(["pull", repo, str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["LICENSE.md", "README.md", "config.json", "model.safetensors"]
+    assert (out / "LICENSE.md").read_bytes() == TEXT
+    hub.check_model_directory(out)
+    capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_push_of_weights_under_another_license_sends_no_license_text(hub_env, local_hub, tmp_path, request):
+    repo = repo_for(request)
+    hub.push(model_dir(tmp_path / "model", tiny()), repo)  # timm's apache-2.0, as the default tag records
+    assert hub_files(local_hub, repo) == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+
+
+@pytest.mark.slow
+def test_pull_takes_the_text_from_the_package_never_from_the_hub(hub_env, tmp_path, request):
+    """A repo published by another tool holds a LICENSE.md of its own: the pull never downloads it."""
+    repo = repo_for(request)
+    directory = model_dir(tmp_path / "model", dinov3_tiny())
+    (directory / "LICENSE.md").write_text("# DINOv3 License\n\nyou may do anything\n")
+    upload_raw(directory, repo)
+    out = hub.pull(repo, tmp_path / "pulled")
+    assert (out / "LICENSE.md").read_bytes() == TEXT
+
+    other = repo_for(request, "-apache")  # weights under apache-2.0 whose repo holds the DINOv3 text anyway
+    apache = model_dir(tmp_path / "apache", tiny())
+    (apache / "LICENSE.md").write_bytes(TEXT)
+    upload_raw(apache, other)
+    assert sorted(os.listdir(hub.pull(other, tmp_path / "pulled-apache"))) == ["config.json", "model.safetensors"]

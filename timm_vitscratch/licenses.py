@@ -3,7 +3,8 @@
 Most weights of the zoo carry a license the Hub knows by an SPDX id (apache-2.0, bsd-3-clause ...), and a
 model card naming it is enough. Some licenses demand that a copy of their text goes with every
 redistribution: the DINOv3 License of Meta's DINOv3 weights (timm records ``license: 'dinov3-license'``)
-does. For each of those, :data:`TRAVELLING` names the text shipped inside this package
+and the FAIR Noncommercial Research License of its EUPE weights (``'fair-noncommercial-research-license'``)
+do. For each of those, :data:`TRAVELLING` names the text shipped inside this package
 (``timm_vitscratch/license_texts/``), the file name it gets in a model directory, and what the model card's
 front matter says (the Hub has no id for it: ``license: other`` with ``license_name`` and ``license_link``).
 
@@ -44,7 +45,15 @@ class TravellingLicense:
 
 #: license id -> the text that must travel with weights under that license; every other license needs none
 TRAVELLING = {
+    # facebookresearch/dinov3's LICENSE.md
     "dinov3-license": TravellingLicense("dinov3-license", "DINOv3 License", "dinov3-license.md", "LICENSE.md"),
+    # facebookresearch/EUPE's LICENSE.md
+    "fair-noncommercial-research-license": TravellingLicense(
+        "fair-noncommercial-research-license",
+        "FAIR Noncommercial Research License",
+        "fair-noncommercial-research-license.md",
+        "LICENSE.md",
+    ),
 }
 
 

@@ -25,8 +25,24 @@ from timm_vitscratch.licenses import TRAVELLING, license_files, travelling_licen
 from timm_vitscratch.model_dir import check_model_directory, save_model_directory
 
 DINOV3 = "dinov3-license"
-#: facebookresearch/dinov3's LICENSE.md (git blob f531b1e6b5ab2318957bbf8ad1bda9f800a23e17), byte for byte
-DINOV3_SHA256 = "25d122eb8f5b880fd23c736fb6ea8018ee45c12237e00b8a86d14c653904999e"
+#: each license text as its repository holds it, byte for byte: sha256, git blob id, title, line count
+LICENSE_TEXTS = {
+    # facebookresearch/dinov3's LICENSE.md
+    DINOV3: (
+        "25d122eb8f5b880fd23c736fb6ea8018ee45c12237e00b8a86d14c653904999e",
+        "f531b1e6b5ab2318957bbf8ad1bda9f800a23e17",
+        "# DINOv3 License",
+        66,
+    ),
+    # facebookresearch/EUPE's LICENSE.md
+    "fair-noncommercial-research-license": (
+        "363d326fed0d13fd2418039c6f4bb56a809b0e316aaae3d5222d395581060288",
+        "a882c9668bcbcd6660a38432e73009a34e665b6a",
+        "# FAIR Noncommercial Research License",
+        127,
+    ),
+}
+LICENSE_SHA256 = {license_id: facts[0] for license_id, facts in LICENSE_TEXTS.items()}
 TEXT = TRAVELLING[DINOV3].read()
 MODEL_FILES = ["config.json", "model.safetensors"]
 #: the module (``timm_vitscratch.convert.export`` is also the name of its function, re-exported by the package)
@@ -37,12 +53,22 @@ def dinov3_tiny(**kwargs):
     return tiny(pretrained_cfg_overlay=dict(license=DINOV3), **kwargs)
 
 
-def test_the_package_holds_the_dinov3_license_text_verbatim():
-    assert hashlib.sha256(TEXT).hexdigest() == DINOV3_SHA256
-    assert hashlib.sha1(b"blob %d\0" % len(TEXT) + TEXT).hexdigest() == "f531b1e6b5ab2318957bbf8ad1bda9f800a23e17"
-    lines = TEXT.decode("utf-8").splitlines()
-    assert (lines[0], len(lines)) == ("# DINOv3 License", 66)
-    assert "you shall provide a copy of this Agreement with any such DINO Materials" in TEXT.decode("utf-8")
+@pytest.mark.parametrize("license_id", sorted(LICENSE_TEXTS))
+def test_the_package_holds_each_license_text_verbatim(license_id):
+    text = TRAVELLING[license_id].read()
+    sha256, blob_id, title, line_count = LICENSE_TEXTS[license_id]
+    assert hashlib.sha256(text).hexdigest() == sha256
+    assert hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest() == blob_id
+    lines = text.decode("utf-8").splitlines()
+    assert (lines[0], len(lines)) == (title, line_count)
+    assert "provide a copy of this Agreement" in text.decode("utf-8")  # why it travels
+
+
+def test_the_table_holds_the_licenses_of_the_zoos_tags_that_demand_their_text():
+    from timm_vitscratch.models.pretrained import pretrained_tags
+
+    recorded = {cfg.get("license") for cfg in pretrained_tags().values()}
+    assert set(TRAVELLING) == set(LICENSE_TEXTS) and set(TRAVELLING) <= recorded
 
 
 @pytest.mark.parametrize("recorded", [DINOV3, " DINOv3-License\n"])
@@ -165,3 +191,19 @@ def test_an_export_that_fails_keeps_a_license_text_that_was_there(tmp_path, monk
     with pytest.raises(ConversionError):
         export(directory, "timm", tmp_path / "vit.safetensors")
     assert (tmp_path / "vit.safetensors.LICENSE.md").read_bytes() == TEXT  # the first export's, still whole
+
+
+@pytest.mark.parametrize(
+    "tag,license_id",
+    [
+        ("scratch_dinov3_s16.lvd1689m", DINOV3),
+        ("scratch_dinov3_s16_qkvb.eupe_lvd1689m", "fair-noncommercial-research-license"),
+    ],
+)
+def test_a_dinov3_variant_carries_its_tags_license_text(tmp_path, tag, license_id):
+    """The zoo's own DINOv3 and EUPE tags: the cfg a tag gives the model chooses the text (the weights are not read)."""
+    model = timm.create_model(tag, depth=1, img_size=32)
+    assert model.pretrained_cfg["license"] == license_id
+    directory = save_model_directory(model, tmp_path / "model")
+    assert (directory / "LICENSE.md").read_bytes() == TRAVELLING[license_id].read()
+    check_model_directory(directory)

@@ -62,6 +62,18 @@ def test_the_card_names_the_license_and_its_file():
     assert LICENSE_LINE in parsed.text.splitlines()
 
 
+def test_the_fair_noncommercial_license_is_named_the_same_way():
+    fair = "fair-noncommercial-research-license"
+    model = tiny(pretrained_cfg_overlay=dict(license=fair))
+    card = model_card(model_config(model, weights_sha256="0" * 64), model, "org/name")
+    parsed = ModelCard(card, ignore_metadata_errors=False)
+    assert parsed.data.to_dict() == {**FRONT_MATTER, "license_name": fair} == card_metadata(fair)
+    assert (
+        "- **License:** FAIR Noncommercial Research License (fair-noncommercial-research-license); its text is "
+        "in LICENSE.md, which must go with every copy of these weights"
+    ) in parsed.text.splitlines()
+
+
 def test_a_random_init_card_states_no_license():
     model = dinov3_tiny()
     config = model_config(model, weights_sha256="0" * 64, source={"weights": "random init"})

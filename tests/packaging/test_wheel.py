@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.convert.test_license_files import LICENSE_SHA256
 from tests.support.environments import PROJECT, env, run_python, site_packages
 
 pytestmark = pytest.mark.slow  # builds the wheel and a venv
@@ -58,7 +59,7 @@ def test_no_server_or_fault_injection_code_and_no_message_about_test_machinery(b
 def test_the_wheel_ships_the_license_texts_and_the_installed_package_reads_them(built_wheel, wheel_venv, tmp_path):
     """Weights under the DINOv3 License carry its text: the installed package must hold it, byte for byte."""
     texts = sorted((PROJECT / "timm_vitscratch" / "license_texts").glob("*.md"))
-    assert [t.name for t in texts] == ["dinov3-license.md"]
+    assert [t.name for t in texts] == ["dinov3-license.md", "fair-noncommercial-research-license.md"]
     with zipfile.ZipFile(built_wheel) as wheel:
         for text in texts:
             assert wheel.read(f"timm_vitscratch/license_texts/{text.name}") == text.read_bytes()
@@ -70,9 +71,7 @@ def test_the_wheel_ships_the_license_texts_and_the_installed_package_reads_them(
     )
     report = json.loads(run_python(wheel_venv, code, tmp_path))
     assert Path(report["package"]).is_relative_to(site_packages(wheel_venv.parents[1]))  # the wheel's copy
-    assert report["sha256"] == {
-        "dinov3-license": "25d122eb8f5b880fd23c736fb6ea8018ee45c12237e00b8a86d14c653904999e"  # as tests/convert pins
-    }
+    assert report["sha256"] == LICENSE_SHA256
 
 
 def test_installed_cli_lists_only_user_commands(wheel_venv, tmp_path):

@@ -39,7 +39,8 @@ UNKNOWN_LICENSE = "unknown"
 #: license ids a card may state, as the Hub writes them (lowercase SPDX ids): those of the weights the zoo
 #: offers (timm's and Google's apache-2.0, torchvision's bsd-3-clause, SWAG's cc-by-nc-4.0) and those
 #: people plausibly give their own weights; then the ids of licenses whose text travels with the weights
-#: (the DINOv3 License), which the Hub knows by no id: their card says ``other``, with name and file
+#: (the DINOv3 License, FAIR's noncommercial one), which the Hub knows by no id: their card says ``other``,
+#: with name and file
 LICENSES = (
     "apache-2.0",
     "mit",

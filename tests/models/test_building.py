@@ -34,8 +34,9 @@ LAYERS = [
     (AttentionPool, TimmAttentionPool, 1),
     (LayerScale, TimmLayerScale, 1),
 ]
-#: our options timm's layers do not have: the attention path switch and timm's old qk_scale
-OWN_OPTIONS = {"attn_impl", "qk_scale"}
+#: our options timm's ViT layers do not have: the attention path switch, timm's old qk_scale, the switch to
+#: the names of timm's Eva (eva_names, eva_bias) and the MLP choice named as timm's EvaBlock names it
+OWN_OPTIONS = {"attn_impl", "qk_scale", "eva_names", "eva_bias", "swiglu_mlp", "swiglu_align_to"}
 
 
 def _parameters(cls: type) -> list[inspect.Parameter]:

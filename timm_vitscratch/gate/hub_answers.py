@@ -34,9 +34,9 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})")
 
-#: the largest weights file a model directory may hold: 2e9 parameters (the model-option bound) at 8 bytes
+#: the largest weights file a model directory may hold: 8e9 parameters (the model-option bound) at 8 bytes
 #: each, and a safetensors header of at most 100 MB (tests/hub/test_hub_answers.py ties it to the bound)
-MAX_WEIGHTS_BYTES = 2_000_000_000 * 8 + 100_000_000
+MAX_WEIGHTS_BYTES = 8_000_000_000 * 8 + 100_000_000
 #: the most bytes of an answer that is not a file's content: a JSON answer, an error, a redirect
 MAX_ANSWER_BYTES = JsonLimits().max_bytes
 #: an error or redirect body is read for its message only

@@ -14,14 +14,14 @@ from torch import nn
 from ..models import Block, VisionTransformer
 
 
-def block_macs(tokens: int, embed_dim: int, mlp_hidden: int) -> dict[str, int]:
+def block_macs(tokens: int, embed_dim: int, mlp_hidden: int, mlp_matrices: int = 2) -> dict[str, int]:
     """MACs of one block on one image of ``tokens`` tokens.
 
     attention: qkv T·D·3D + scores QKᵀ T·T·D + weighted values T·T·D + projection T·D·D;
-    MLP: fc1 T·D·M + fc2 T·M·D.
+    MLP: fc1 T·D·M + fc2 T·M·D (SwiGLU: a third, the gate's fc1_g).
     """
     t, d = tokens, embed_dim
-    return OrderedDict(attention=4 * t * d * d + 2 * t * t * d, mlp=2 * t * d * mlp_hidden)
+    return OrderedDict(attention=4 * t * d * d + 2 * t * t * d, mlp=mlp_matrices * t * d * mlp_hidden)
 
 
 def _linear_macs(module: nn.Module | None) -> int:
@@ -44,7 +44,7 @@ def forward_macs(model: VisionTransformer) -> dict[str, int]:
     embed_dim = model.embed_dim
     first = model.blocks[0]
     assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
-    per_block = block_macs(tokens, embed_dim, first.mlp.fc1.out_features)
+    per_block = block_macs(tokens, embed_dim, *first.mlp_shape)
     depth = len(model.blocks)
     # the head sees one pooled vector per image, or every token when global_pool=''
     pooled = tokens if model.global_pool == "" and model.head_dist is None else 1

@@ -135,7 +135,8 @@ def measuring_bytes_bound(model: VisionTransformer, depth: int, batch: int) -> i
     assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     embed = model.patch_embed
     tokens = embed.num_patches + model.num_prefix_tokens
-    dim, hidden, heads = model.embed_dim, first.mlp.fc1.out_features, first.attn.num_heads
+    dim, heads = model.embed_dim, first.attn.num_heads
+    hidden = first.mlp_shape[0] * first.mlp_shape[1] // 2  # a SwiGLU's gate and value count as one more half
     pixels = embed.in_chans * embed.img_size[0] * embed.img_size[1]
     block = tokens * (48 * dim + 8 * hidden + 16 * heads) + 16 * heads * tokens * tokens
     return batch * (8 * pixels + 16 * tokens * dim + depth * block)

@@ -144,9 +144,7 @@ def _flops(model: VisionTransformer, batch: int) -> dict[str, Any]:
     per_image = forward_macs(model)
     first = model.blocks[0]
     assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
-    per_block = block_macs(
-        model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim, first.mlp.fc1.out_features
-    )
+    per_block = block_macs(model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim, *first.mlp_shape)
     return OrderedDict(
         convention="MACs = multiply-adds of matrix products and the patch convolution; FLOPs = 2 x MACs "
         "(FlopCounterMode's unit); biases, softmax, norms, GELU and adds are not counted",

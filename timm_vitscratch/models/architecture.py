@@ -107,6 +107,6 @@ def describe_model(model: nn.Module) -> Arch:
         num_classes=model.num_classes,
         representation_size=fc.out_features if isinstance(fc, nn.Linear) else None,
         distilled=model.distilled,
-        mlp_hidden=first.mlp.fc1.out_features,
+        mlp_hidden=first.mlp_shape[0],
         norm_eps=first.norm1.eps,  # every norm has the one eps; ``norm`` is an Identity under fc_norm
     )

@@ -74,7 +74,7 @@ class Block(nn.Module):
         self.norm2 = norm_layer(dim, **dd)
         hidden = int(dim * mlp_ratio)
         if swiglu_mlp:
-            self.mlp: nn.Module = SwiGLU(dim, hidden, align_to=swiglu_align_to, bias=proj_bias, drop=proj_drop, **dd)
+            self.mlp: Mlp | SwiGLU = SwiGLU(dim, hidden, align_to=swiglu_align_to, bias=proj_bias, drop=proj_drop, **dd)
         else:
             self.mlp = Mlp(dim, hidden, act_layer=act_layer, bias=proj_bias, drop=proj_drop, **dd)
         if not eva_names:
@@ -84,6 +84,11 @@ class Block(nn.Module):
         else:
             self.ls2 = None
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    @property
+    def mlp_shape(self) -> tuple[int, int]:
+        """(hidden width, matrices of width x hidden) of the MLP: GELU's fc1 and fc2, or SwiGLU's three."""
+        return self.mlp.hidden_features, self.mlp.num_matrices
 
     def reset_parameters(self) -> None:
         """Eva's scales back to ``init_values`` (the LayerScale modules reset themselves)."""

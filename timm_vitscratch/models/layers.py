@@ -141,6 +141,8 @@ class Mlp(nn.Module):
 
     #: for the weight-init schemes: both layers are an MLP's ('jax' draws their biases)
     init_roles: ClassVar[dict[str, str]] = {"fc1": "mlp", "fc2": "mlp"}
+    #: matrices of width x hidden it multiplies by (for FLOPs and memory estimates)
+    num_matrices: ClassVar[int] = 2
 
     def __init__(
         self,
@@ -156,6 +158,7 @@ class Mlp(nn.Module):
         super().__init__()
         dd: FactoryKwargs = {"device": device, "dtype": dtype}
         hidden_features = hidden_features or in_features
+        self.hidden_features = hidden_features
         self.fc1 = nn.Linear(in_features, hidden_features, bias=bias, **dd)
         self.act = act_layer()
         self.drop1 = nn.Dropout(drop)
@@ -173,6 +176,7 @@ class SwiGLU(nn.Module):
     ``align_to`` rounds the hidden width up to a multiple (DINOv3's S+, H+ and 7B use 8 and 64)."""
 
     init_roles: ClassVar[dict[str, str]] = {"fc1_g": "mlp", "fc1_x": "mlp", "fc2": "mlp"}
+    num_matrices: ClassVar[int] = 3
 
     def __init__(
         self,
@@ -190,6 +194,7 @@ class SwiGLU(nn.Module):
         hidden_features = hidden_features or in_features
         if align_to:
             hidden_features += -hidden_features % align_to
+        self.hidden_features = hidden_features
         self.fc1_g = nn.Linear(in_features, hidden_features, bias=bias, **dd)
         self.fc1_x = nn.Linear(in_features, hidden_features, bias=bias, **dd)
         self.act = nn.SiLU()

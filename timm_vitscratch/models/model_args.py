@@ -78,7 +78,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "norm_eps": (0.0, 0.1, "(]"),
     "swiglu_align_to": (0, 1024, "[]"),
     "rope_temperature": (0.0, 1e6, "(]"),
-    "rope_grid_offset": (-1.0, 1.0, "[]"),
+    "rope_grid_offset": (0.0, 4.0, "[]"),
 }
 #: the names a file may give a named option (the constructor takes more for some: module classes, callables)
 NAMES: dict[str, tuple[str, ...]] = {

@@ -307,7 +307,9 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
 
     p_list = commands.add_parser("list", help="the zoo with true and torchsummary parameter counts")
     p_list.add_argument(
-        "--no-reference", action="store_true", help="skip torchvision's reference counts (the last two columns)"
+        "--no-reference",
+        action="store_true",
+        help="skip the reference counts, torchvision's or timm's (the last two columns)",
     )
     p_list.add_argument(
         "--pretrained",

@@ -13,14 +13,20 @@ from torchsummary import summary as torchsummary_summary
 from timm_vitscratch.inspect.counts import (
     analytic_param_count,
     block_param_formula,
+    block_shape,
     hidden_parameters,
     leaf_module_param_count,
     param_breakdown,
+    reference_param_count,
+    timm_reference,
     torchvision_reference,
     true_param_count,
 )
+from timm_vitscratch.inspect.render import zoo_table
 from timm_vitscratch.models.build import build_on_meta
-from timm_vitscratch.models.variants import ARCHITECTURES
+from timm_vitscratch.models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES
+
+CLASSIC = sorted(n for n in ARCHITECTURES if n not in DINOV3_TIMM_NAMES)
 
 TORCHVISION_TRUE_COUNTS_1000 = {
     "scratch_vit_b16": ("vit_b_16", 86_567_656),
@@ -41,7 +47,7 @@ LEAF_COUNTS_5_CLASSES = {
 def test_every_variant_is_listed():
     # scratch_test_* are the test suite's own option models (tests/support/option_models.py)
     assert sorted(timm.list_models("scratch_*", exclude_filters=["scratch_test_*"])) == sorted(ARCHITECTURES)
-    assert len(ARCHITECTURES) == 15
+    assert len(CLASSIC) == 15 and len(DINOV3_TIMM_NAMES) == 12
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_TRUE_COUNTS_1000))
@@ -53,7 +59,7 @@ def test_true_count_equals_torchvision(name):
     assert ours == theirs == literal
 
 
-@pytest.mark.parametrize("name", sorted(n for n in ARCHITECTURES if "deit" not in n))
+@pytest.mark.parametrize("name", [n for n in CLASSIC if "deit" not in n])
 def test_true_count_equals_torchvision_every_non_distilled_variant(name):
     model = build_on_meta(name)
     assert true_param_count(model) == true_param_count(torchvision_reference(name))
@@ -111,7 +117,55 @@ def test_analytic_count_and_breakdown(name, num_classes):
     assert true_param_count(model) == expected
     assert sum(param_breakdown(model).values()) == expected
     block = sum(p.numel() for p in model.blocks[0].parameters())
-    assert block == block_param_formula(arch["embed_dim"]) == 12 * arch["embed_dim"] ** 2 + 13 * arch["embed_dim"]
+    h = arch["embed_dim"]
+    assert block == block_param_formula(h, **block_shape(model.blocks[0]))
+    if name in CLASSIC:
+        assert block == block_param_formula(h) == 12 * h**2 + 13 * h
+
+
+@pytest.mark.parametrize("name", sorted(DINOV3_TIMM_NAMES))
+@pytest.mark.parametrize("num_classes", [None, 1000])
+def test_dinov3_counts_equal_timm_eva_on_meta(name, num_classes):
+    """True and torchsummary counts of each DINOv3 variant against timm's model of the same name, built on meta."""
+    ours = build_on_meta(name, **({} if num_classes is None else dict(num_classes=num_classes)))
+    theirs = timm_reference(name, ours.num_classes)
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == [(n, p.shape) for n, p in theirs.named_parameters()]
+    assert true_param_count(ours) == true_param_count(theirs)
+    assert reference_param_count(name, ours.num_classes) == (f"timm {DINOV3_TIMM_NAMES[name]}", true_param_count(ours))
+    # the same rule over timm's modules: its Eva hides the same parameters from torchsummary
+    assert hidden_parameters(ours) == hidden_parameters(theirs)
+    assert leaf_module_param_count(ours) == leaf_module_param_count(theirs)
+    assert torchvision_reference(name) is None
+
+
+def test_zoo_table_sets_each_dinov3_variant_beside_timm():
+    rows = {line.split()[0]: line for line in zoo_table().splitlines()[2:]}
+    assert len(rows) == len(ARCHITECTURES)
+    for name, timm_name in DINOV3_TIMM_NAMES.items():
+        model = build_on_meta(name)
+        cells = rows[name].split()
+        true_count, leaf = true_param_count(model), leaf_module_param_count(model)
+        assert cells[1:5] == ["0", f"{true_count:,}", f"{leaf:,}", f"{true_count - leaf:,}"]
+        assert cells[5:] == [f"{true_count:,}", "(timm", f"{timm_name})", "yes"]
+    for name in CLASSIC:
+        assert rows[name].split()[-1] == ("—" if "deit" in name else "yes")
+
+
+@pytest.mark.parametrize(
+    "name,hidden_per_block",
+    [
+        ("scratch_dinov3_s16", {"gamma_1", "gamma_2"}),
+        ("scratch_dinov3_s16_plus_qkvb", {"gamma_1", "gamma_2", "attn.q_bias", "attn.v_bias", "attn.qkv.weight"}),
+    ],
+)
+def test_torchsummary_on_tiny_dinov3_models(name, hidden_per_block):
+    # with Eva's split bias the attention applies qkv.weight through F.linear: qkv never runs, and torchsummary,
+    # which counts the modules that run, leaves its weight out
+    model = timm.create_model(name, img_size=32, embed_dim=64, depth=2, num_heads=4, num_classes=7).eval()
+    expected = {"cls_token", "reg_token"} | {f"blocks.{i}.{n}" for i in range(2) for n in hidden_per_block}
+    assert set(hidden_parameters(model)) == expected
+    with torch.no_grad():
+        assert _torchsummary_total(model, (3, 32, 32)) == leaf_module_param_count(model)
 
 
 def test_sincos_position_table_is_a_buffer_not_a_parameter():

@@ -1,6 +1,7 @@
 """`vitscratch summary`'s numbers: torchvision's counts, torchsummary's "Total params", timm's own models, the tally."""
 
 import json
+import re
 
 import pytest
 import timm
@@ -8,10 +9,10 @@ import torch
 import torchvision
 
 from timm_vitscratch.cli import main
-from timm_vitscratch.inspect.counts import block_part_formulas, torchvision_reference
+from timm_vitscratch.inspect.counts import block_part_formulas, timm_reference, torchvision_reference
 from timm_vitscratch.inspect.render import count_summary
 from timm_vitscratch.inspect.report import build_report
-from timm_vitscratch.models.variants import ARCHITECTURES
+from timm_vitscratch.models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES
 
 # torchvision's vit_* models at 1000 classes (true count), and what torchsummary prints as "Total params"
 # for our models at 5 classes (tests/inspect/test_counts.py checks both against the real libraries).
@@ -67,7 +68,7 @@ def test_b16_at_5_classes_true_leaf_and_hidden_tokens():
 def test_every_variant_equals_the_third_party_model(name):
     """True count equals torchvision's model (on meta) or, where it has none, timm's own."""
     report = build_report(name, activations=False)
-    reference = torchvision_reference(name)
+    reference = torchvision_reference(name) or timm_reference(name, report["model"]["num_classes"])
     if reference is None:
         with torch.device("meta"):
             reference = timm.create_model(TIMM_EQUIVALENTS[name], num_classes=report["model"]["num_classes"])
@@ -83,11 +84,47 @@ def test_tally_sums_to_true_count_and_matches_formulas(name):
     ]
     assert sum(parts) + sum(b["total"] for b in tally["blocks"]) == tally["total"] == report["counts"]["true"]
     assert len(tally["blocks"]) == report["model"]["depth"]
+    shape = report["analytic"]["block_shape"]
     for block in tally["blocks"]:
-        assert block["attention"] + block["mlp"] + block["norms"] == block["total"] == 12 * h * h + 13 * h
-        assert {k: block[k] for k in ("attention", "mlp", "norms")} == block_part_formulas(h)
-    assert report["analytic"]["block"] == 12 * h * h + 13 * h
+        parts = {k: block[k] for k in ("attention", "mlp", "norms", "layer_scale")}
+        assert sum(parts.values()) == block["total"] == report["analytic"]["block"]
+        assert parts == block_part_formulas(h, **shape)
+    if name not in DINOV3_TIMM_NAMES:
+        assert report["analytic"]["block"] == 12 * h * h + 13 * h and report["analytic"]["block_formula"] == "12h²+13h"
+        assert shape == dict(mlp_hidden=4 * h, mlp_matrices=2, qkv_biases=3, layer_scale=False)
     assert report["analytic"]["model"] == report["counts"]["true"]
+
+
+@pytest.mark.parametrize(
+    "name,formulas",
+    [
+        ("scratch_dinov3_s16", dict(attention="4h²+h", mlp="8h²+5h", norms="4h", layer_scale="2h", block="12h²+12h")),
+        ("scratch_dinov3_b16_qkvb", dict(attention="4h²+3h", mlp="8h²+5h", norms="4h", layer_scale="2h")),
+        ("scratch_dinov3_s16_plus", dict(attention="4h²+h", mlp="12h²+9h", block="16h²+16h")),
+        ("scratch_dinov3_7b16", dict(mlp="3hM+2M+h", block="4h²+3hM+2M+8h")),
+    ],
+)
+def test_dinov3_block_formulas(name, formulas):
+    """Each formula, evaluated at the model's h (and M), gives the tally's figure for that part."""
+    analytic = build_report(name, activations=False)["analytic"]
+    shown = {**analytic["part_formulas"], "block": analytic["block_formula"]}
+    assert {k: shown[k] for k in formulas} == formulas
+    h, m = analytic["h"], analytic["block_shape"]["mlp_hidden"]
+    units = {"h²": h * h, "hM": h * m, "M": m, "h": h}
+    for part, formula in shown.items():
+        terms = re.fullmatch(r"(\d*(h²|hM|M|h))(\+\d*(h²|hM|M|h))*", formula) and formula.split("+")
+        assert terms, formula
+        value = sum(int(re.match(r"\d*", t)[0] or 1) * units[t.lstrip("0123456789")] for t in terms)
+        assert value == (analytic["block"] if part == "block" else analytic["parts"][part]), part
+
+
+def test_dinov3_summary_text_lists_hidden_parameters_per_block(capsys):
+    assert main(["summary", "scratch_dinov3_s16_qkvb"]) == 0
+    text = capsys.readouterr().out
+    report = build_report("scratch_dinov3_s16_qkvb", activations=False)
+    assert f"{report['counts']['leaf_module']:,}" in text
+    assert "blocks.*.attn.qkv.weight (1152, 384)" in text and "(12 blocks)" in text
+    assert "class/dist/register tokens" in text and "layer scale" in text
 
 
 @pytest.mark.parametrize("name", ["scratch_vit_b16", "scratch_vit_l32", "scratch_vit_h14_in21k"])

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+from collections import OrderedDict
 from typing import Any
 
+from ..models import VisionTransformer
 from ..models.build import build_on_meta
 from ..models.variants import ARCHITECTURES
-from .counts import (
-    TORCHVISION_EQUIVALENTS,
-    leaf_module_param_count,
-    torchvision_param_count,
-    true_param_count,
-)
+from .counts import leaf_module_param_count, reference_param_count, true_param_count
 from .layer_table import LayerRow, render_layer_table
 from .report import build_report
 
@@ -22,24 +20,26 @@ def _fmt(value: int | None) -> str:
 
 
 def zoo_table(reference: bool = True) -> str:
-    """Every registered variant at its default head: true count, leaf count, torchvision's count."""
+    """Every registered variant at its default head: true count, leaf count, and the true count of the same
+    architecture in torchvision (classic ViT) or timm (DINOv3), built on ``meta``."""
     header = ["model", "classes", "true count", "torchsummary count", "hidden"]
     if reference:
-        header += ["torchvision", "same"]
+        header += ["reference", "same"]
     rows: list[list[str]] = []
     for name in ARCHITECTURES:
         model = build_on_meta(name)
+        assert isinstance(model, VisionTransformer)  # every registered variant is one
         true_count, leaf_count = true_param_count(model), leaf_module_param_count(model)
         row = [name, str(model.num_classes), _fmt(true_count), _fmt(leaf_count), _fmt(true_count - leaf_count)]
         if reference:
-            tv_count = torchvision_param_count(name)
-            tv_name = TORCHVISION_EQUIVALENTS.get(name, "VisionTransformer")
-            row += [
-                f"{tv_count:,} ({tv_name})" if tv_count is not None else "—",
-                "—" if tv_count is None else ("yes" if tv_count == true_count else "NO"),
-            ]
+            found = reference_param_count(name, int(model.num_classes))
+            row += ["—", "—"] if found is None else [f"{found[1]:,} ({found[0]})", _same(found[1], true_count)]
         rows.append(row)
     return _render(header, rows)
+
+
+def _same(theirs: int, ours: int) -> str:
+    return "yes" if theirs == ours else "NO"
 
 
 def _render(header: list[str], rows: list[list[str]]) -> str:
@@ -91,8 +91,23 @@ def _count_lines(report: dict[str, Any]) -> list[str]:
         "  torchsummary only sums the weight/bias of the modules it hooks; these parameters belong",
         "  to the model itself, so it never sees them:",
     ]
-    for name, item in c["hidden"].items():
-        lines.append(f"    {name:<12} {tuple(item['shape'])!s:<18} {item['params']:>12,}")
+    hidden = _per_block(c["hidden"])
+    if any(name.endswith(".qkv.weight") for name in hidden):
+        lines.append("  (qkv.weight: with Eva's split bias the attention applies it by F.linear, so qkv never runs)")
+    width = max([12] + [len(name) for name in hidden])
+    for name, (shape, params, count) in hidden.items():
+        each = f"  ({count} blocks)" if count > 1 else ""
+        lines.append(f"    {name:<{width}} {tuple(shape)!s:<18} {params:>12,}{each}")
+    return lines
+
+
+def _per_block(hidden: dict[str, Any]) -> dict[str, tuple[list[int], int, int]]:
+    """The hidden parameters with every block's own as one line (``blocks.*.gamma_1``): shape, total, blocks."""
+    lines: dict[str, tuple[list[int], int, int]] = OrderedDict()
+    for name, item in hidden.items():
+        key = re.sub(r"^blocks\.\d+\.", "blocks.*.", name)
+        _, params, count = lines.get(key, (item["shape"], 0, 0))
+        lines[key] = (item["shape"], params + item["params"], count + 1)
     return lines
 
 
@@ -108,24 +123,26 @@ def _block_groups(blocks: list[dict[str, int]]) -> list[tuple[int, int, dict[str
 
 
 def _tally_lines(report: dict[str, Any]) -> list[str]:
-    t, h, depth = report["tally"], report["model"]["embed_dim"], report["model"]["depth"]
+    t, depth = report["tally"], report["model"]["depth"]
     labels = [
         ("patch_embedding", "patch embedding (conv)"),
-        ("tokens", "class/dist tokens"),
+        ("tokens", "class/dist/register tokens"),
         ("position_embedding", "position embedding"),
     ]
     lines = ["By-hand tally"]
     lines += [f"    {label:<30} {t[key]:>14,}" for key, label in labels if t[key]]
     for first, last, parts in _block_groups(t["blocks"]):
         span = f"block {first}" if first == last else f"blocks {first}-{last}, each"
+        scale = f" + layer scale {parts['layer_scale']:,}" if parts.get("layer_scale") else ""
         lines.append(
             f"    {span:<30} {parts['total']:>14,}  = attention {parts['attention']:,} + "
-            f"MLP {parts['mlp']:,} + norms {parts['norms']:,}"
+            f"MLP {parts['mlp']:,} + norms {parts['norms']:,}{scale}"
         )
     in_blocks = sum(b["total"] for b in t["blocks"])
+    a = report["analytic"]
     lines.append(
-        f"    {'encoder blocks':<30} {in_blocks:>14,}  = {depth} x (12h²+13h), h={h}: "
-        f"{depth} x {report['analytic']['block']:,}"
+        f"    {'encoder blocks':<30} {in_blocks:>14,}  = {depth} x ({a['block_formula']}), {_h_and_m(a)}: "
+        f"{depth} x {a['block']:,}"
     )
     labels = [
         ("final_norm", "final norm"),
@@ -137,21 +154,47 @@ def _tally_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _h_and_m(analytic: dict[str, Any]) -> str:
+    """``h=768``, and ``M=...`` where the formulas name the MLP width (it is not 4h)."""
+    hidden = analytic["block_shape"]["mlp_hidden"]
+    return f"h={analytic['h']}" + ("" if hidden == 4 * analytic["h"] else f", M={hidden}")
+
+
+def _block_words(shape: dict[str, Any], h: int) -> tuple[str, dict[str, str]]:
+    """The block's description for the analytic heading, and a note per part saying what it sums."""
+    biases = {3: "qkv bias", 2: "q and v biases", 0: "no qkv bias"}[shape["qkv_biases"]]
+    qkv = {3: "qkv 3h²+3h", 2: "qkv 3h², q and v biases 2h", 0: "qkv 3h²"}[shape["qkv_biases"]]
+    if shape["mlp_matrices"] == 3:
+        mlp, mlp_note = f"SwiGLU width M = {shape['mlp_hidden']}", "fc1_g and fc1_x hM+M each, fc2 hM+h"
+    elif shape["mlp_hidden"] == 4 * h:
+        mlp, mlp_note = "MLP ratio 4", "fc1 4h²+4h, fc2 4h²+h"
+    else:
+        mlp, mlp_note = f"MLP width M = {shape['mlp_hidden']}", "fc1 hM+M, fc2 hM+h"
+    words = ", ".join([mlp, biases] + (["layer scale"] if shape["layer_scale"] else []))
+    notes = dict(
+        attention=f"{qkv}, projection h²+h",
+        mlp=mlp_note,
+        norms="two LayerNorms, weight + bias",
+        layer_scale="two scales of h",
+    )
+    return words, notes
+
+
 def _analytic_lines(report: dict[str, Any]) -> list[str]:
     a = report["analytic"]
-    notes = dict(
-        attention="qkv 3h²+3h, projection h²+h", mlp="fc1 4h²+4h, fc2 4h²+h", norms="two LayerNorms, weight + bias"
-    )
-    lines = [f"Analytic, per block (h = {a['h']}, MLP ratio 4, qkv bias)"]
+    words, notes = _block_words(a["block_shape"], a["h"])
+    lines = [f"Analytic, per block (h = {a['h']}, {words})"]
+    width = max(10, *(len(part) for part in a["part_formulas"]))
     for part, formula in a["part_formulas"].items():
-        lines.append(f"    {part:<10} {formula:<9} = {a['parts'][part]:>12,}  ({notes[part]})")
-    lines.append(f"    {'block':<10} {a['block_formula']:<9} = {a['block']:>12,}")
+        label = part.replace("_", " ")
+        lines.append(f"    {label:<{width}} {formula:<9} = {a['parts'][part]:>12,}  ({notes[part]})")
+    lines.append(f"    {'block':<{width}} {a['block_formula']:<9} = {a['block']:>12,}")
     if a["model"] is None:
         lines.append("    whole model from the architecture alone: not given (the formula takes square images)")
     elif a["model"] != report["counts"]["true"]:
         lines.append(
             f"    whole model from the architecture alone: {a['model']:,} (the true count differs: the formula "
-            "covers a plain ViT, with a class token, a learned position table and MLP ratio 4)"
+            "covers a ViT with a class token, registers, a learned or no position table and these blocks)"
         )
     else:
         lines.append(f"    whole model from the architecture alone: {a['model']:,}")

@@ -18,9 +18,11 @@ from ..models.build import build_on_meta
 from ..models.model_args import check_architecture, check_option
 from .counts import (
     analytic_param_count,
+    block_formula_text,
     block_param_breakdown,
     block_param_formula,
     block_part_formulas,
+    block_shape,
     hidden_parameters,
     leaf_module_param_count,
     param_breakdown,
@@ -35,7 +37,7 @@ from .model_ref import check_scratch_model, timm_model_name
 _TALLY_KEYS = OrderedDict(
     [
         ("patch embedding (conv)", "patch_embedding"),
-        ("class/dist tokens", "tokens"),
+        ("class/dist/register tokens", "tokens"),
         ("position embedding", "position_embedding"),
         ("encoder blocks", "blocks"),
         ("final norm", "final_norm"),
@@ -46,8 +48,9 @@ _TALLY_KEYS = OrderedDict(
 
 WHY_COUNTS_DIFFER = (
     "torchsummary hooks modules and sums only each hooked module's weight and bias; the parameters "
-    "the model holds itself (class token, position embedding, distillation token) belong to no such "
-    "module, so the leaf-module count misses them"
+    "the model or a block holds itself (class, register and distillation tokens, position embedding, "
+    "Eva's layer scales and q/v biases) belong to no such module, and a module that never runs (Eva's "
+    "qkv under a split bias) fires no hook, so the leaf-module count misses them"
 )
 
 
@@ -99,12 +102,15 @@ def _analytic(model: VisionTransformer) -> dict[str, Any]:
     h = model.embed_dim
     arch = describe_model(model)
     square = arch.img_size[0] == arch.img_size[1]
+    shape = block_shape(model.blocks[0])
+    text = block_formula_text(h, **shape)
     return OrderedDict(
         h=h,
-        block_formula="12h²+13h",
-        block=block_param_formula(h),
-        parts=OrderedDict((k, v) for k, v in block_part_formulas(h).items()),
-        part_formulas=OrderedDict(attention="4h²+4h", mlp="8h²+5h", norms="4h"),
+        block_shape=shape,
+        block_formula=text.pop("block"),
+        block=block_param_formula(h, **shape),
+        parts=OrderedDict((k, v) for k, v in block_part_formulas(h, **shape).items() if k in text),
+        part_formulas=text,
         # the formula knows square images only; None where it does not apply
         model=analytic_param_count(
             patch_size=arch.patch_size,
@@ -115,6 +121,13 @@ def _analytic(model: VisionTransformer) -> dict[str, Any]:
             in_chans=arch.in_chans,
             representation_size=arch.representation_size,
             distilled=arch.distilled,
+            reg_tokens=model.num_reg_tokens,
+            pos_embed="learn" if isinstance(model.pos_embed, nn.Parameter) else "none",
+            qkv_bias=shape["qkv_biases"] > 0,
+            eva_names=shape["qkv_biases"] == 2,
+            init_values=1.0 if shape["layer_scale"] else None,
+            swiglu_mlp=shape["mlp_matrices"] == 3,
+            mlp_hidden=shape["mlp_hidden"],
         )
         if square
         else None,

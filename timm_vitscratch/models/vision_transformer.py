@@ -224,7 +224,7 @@ class VisionTransformer(nn.Module):
         # as timm: 'skip' builds without the init pass, and later inits are torch's layer defaults
         self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
         self.grad_checkpointing = False
-        self.eva_names = eva_names
+        self.eva_names = eva_names  # Eva's init, and group_matcher's groups as timm's Eva makes them
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
         self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
@@ -508,10 +508,15 @@ class VisionTransformer(nn.Module):
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
-        """Parameter groups for timm's layer-wise LR decay: stem, one group per block, then the rest."""
+        """Parameter groups for timm's layer-wise LR decay: stem, one group per block, then the rest.
+
+        ``coarse`` leaves the final norm out of the blocks' groups, as timm's ViT does; timm's ``Eva`` (and so
+        a model with ``eva_names``) keeps it in whatever ``coarse`` says.
+        """
+        fine = [(r"^blocks\.(\d+)", None), (r"^norm", (99999,))]
         return dict(
             stem=r"^cls_token|^reg_token|^dist_token|^pos_embed|^patch_embed|^norm_pre",
-            blocks=r"^blocks\.(\d+)" if coarse else [(r"^blocks\.(\d+)", None), (r"^norm", (99999,))],
+            blocks=r"^blocks\.(\d+)" if coarse and not self.eva_names else fine,
         )
 
     @torch.jit.ignore

@@ -12,10 +12,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..tensor_writer import CPU_ALIGNMENT
 from .weight_init import own_tensors
-
-#: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``); loaded tensors are kept at it.
-CPU_ALIGNMENT = 64
 
 
 def default_device() -> torch.device:

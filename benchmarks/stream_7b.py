@@ -159,6 +159,15 @@ def measured(command: list[str], log: Path, env: dict[str, str] | None = None, c
     return result
 
 
+def mem_available() -> int:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``)."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) << 10
+    return 0
+
+
 def lay_in_hub_cache(source: Path, hf_home: Path) -> None:
     """``source`` hard-linked where ``hf_hub_download`` of the tag's repo puts model.safetensors (no copy)."""
     repo = hf_home / "hub" / ("models--" + HUB_REPO.replace("/", "--"))
@@ -172,7 +181,8 @@ def lay_in_hub_cache(source: Path, hf_home: Path) -> None:
 
 
 def ratios(result: dict[str, Any], floor_mb: float, largest: int, size: int) -> None:
-    """Peak RSS above the import floor, over the largest tensor and over the checkpoint's size."""
+    """Peak RSS above ``floor_mb`` (a load child's own RSS after its imports; for convert, the peak of a
+    process that only imports), over the largest tensor and over the checkpoint's size."""
     above = (result["peak_rss_mb"] - floor_mb) * 2**20
     result["peak_above_imports_mb"] = round(above / 2**20)
     result["peak_above_imports_over_largest_tensor"] = round(above / largest, 2)
@@ -187,6 +197,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=None)
     parser.add_argument("--embed-dim", type=int, default=None)
     parser.add_argument("--num-heads", type=int, default=None)
+    parser.add_argument("--note", default="", help="recorded with the results (e.g. the code measured)")
     parser.add_argument("--child-load", nargs=3, metavar=("ROUTE", "LOCATION", "KWARGS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_load:
@@ -208,6 +219,8 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "model": MODEL,
         "model_overrides": overrides,
+        "note": args.note,
+        "mem_available_at_start_gib": round(mem_available() / 2**30, 1),
     }
     try:
         results["imports"] = measured([python, "-c", "import torch, timm, timm_vitscratch"], work / "imports.log", env)
@@ -231,10 +244,17 @@ def main() -> None:
             del routes["local-dir"]  # nothing was converted to load
         results["load"] = {}
         for route, (location, route_env) in routes.items():
+            if route != "local-dir" and mem_available() < size + (2 << 30):
+                # an unaligned file is copied into anonymous memory: without room for it, other processes suffer
+                results["load"][route] = {
+                    "skipped": f"MemAvailable {mem_available() / 2**30:.1f} GiB < the copy + 2 GiB"
+                }
+                continue
             command = [python, __file__, "--child-load", route, location, extra if route != "local-dir" else "{}"]
             results["load"][route] = measured(command, work / f"load-{route}.log", route_env)
-        for step in ([] if "error" in results["convert"] else [results["convert"]]) + list(results["load"].values()):
-            ratios(step, floor, largest, size)
+        for step in [results["convert"], *results["load"].values()]:
+            if "peak_rss_mb" in step and "error" not in step:
+                ratios(step, step.get("child", {}).get("rss_after_imports_mb", floor), largest, size)
         print(json.dumps(results, indent=1))
         if args.out:
             args.out.write_text(json.dumps(results, indent=1) + "\n")

@@ -77,6 +77,8 @@ def _mapped_bytes(model: Any, suffix: str) -> tuple[int, int]:
 
 
 def child_load(route: str, location: str, extra: dict[str, Any]) -> None:
+    with open("/proc/self/oom_score_adj", "w") as adj:  # out of memory, this child goes first, not a neighbour
+        adj.write("1000")
     import timm
     import torch
 
@@ -197,6 +199,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=None)
     parser.add_argument("--embed-dim", type=int, default=None)
     parser.add_argument("--num-heads", type=int, default=None)
+    parser.add_argument("--routes", default="file,tag,local-dir", help="the loads to run (local-dir: also convert)")
     parser.add_argument("--note", default="", help="recorded with the results (e.g. the code measured)")
     parser.add_argument("--child-load", nargs=3, metavar=("ROUTE", "LOCATION", "KWARGS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -223,8 +226,10 @@ def main() -> None:
         "mem_available_at_start_gib": round(mem_available() / 2**30, 1),
     }
     try:
-        results["imports"] = measured([python, "-c", "import torch, timm, timm_vitscratch"], work / "imports.log", env)
-        floor = results["imports"]["peak_rss_mb"]
+        imports = "import json, timm, torch, timm_vitscratch; print(json.dumps(dict(rss_mb=int(open('/proc/self/statm')"
+        imports += ".read().split()[1]) * 4096 / 2**20)))"
+        results["imports"] = measured([python, "-c", imports], work / "imports.log", env)
+        floor = results["imports"]["child"]["rss_mb"]  # resident after the imports (the peak has transients)
         size_flags = [f"--{k.replace('_', '-')}={v}" for k, v in overrides.items()]
         make = measured([python, str(HERE / "make_synthetic_7b.py"), str(source), *size_flags], work / "make.log", env)
         results["checkpoint"] = make.pop("child")
@@ -233,15 +238,20 @@ def main() -> None:
         print(f"checkpoint: {size / 1e9:.2f} GB, largest tensor {largest / 1e6:.1f} MB ({make['wall_seconds']} s)")
 
         shutil.rmtree(converted, ignore_errors=True)
-        convert = [python, "-m", "timm_vitscratch.cli", "convert", str(source), str(converted)]
-        results["convert"] = measured(convert, work / "convert.log", env, check=False)
-        results["convert"]["output"] = (work / "convert.log").read_text().strip().splitlines()
+        wanted = args.routes.split(",")
+        if "local-dir" in wanted:
+            convert = [python, "-m", "timm_vitscratch.cli", "convert", str(source), str(converted)]
+            results["convert"] = measured(convert, work / "convert.log", env, check=False)
+            results["convert"]["output"] = (work / "convert.log").read_text().strip().splitlines()
+        else:
+            results["convert"] = {"error": "not run (--routes)"}
         lay_in_hub_cache(source, hf_home)
         hub_env = {**env, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
         extra = json.dumps(overrides)
         routes = {"file": (str(source), env), "tag": (str(source), hub_env), "local-dir": (str(converted), env)}
+        routes = {route: routes[route] for route in wanted if route in routes}
         if "error" in results["convert"]:
-            del routes["local-dir"]  # nothing was converted to load
+            routes.pop("local-dir", None)  # nothing was converted to load
         results["load"] = {}
         for route, (location, route_env) in routes.items():
             if route != "local-dir" and mem_available() < size + (2 << 30):

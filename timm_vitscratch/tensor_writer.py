@@ -25,6 +25,10 @@ from .errors import ConversionError
 from .files import PathLike, atomic_write
 from .gate.safetensors_data import SAFETENSORS_DTYPES
 
+#: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``). A safetensors file written here puts
+#: its tensors at multiples of it where their sizes allow, so that a memory-mapped load uses them in place
+#: (models/storage.py copies a CPU tensor that is not aligned).
+CPU_ALIGNMENT = 64
 SAFETENSORS_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 #: the dtype names weights may have (a model's tensors are floating point)
 FLOAT_NAMES = tuple(name for name, dtype in SAFETENSORS_DTYPES.items() if dtype.is_floating_point)
@@ -64,7 +68,8 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
 
 
 def safetensors_header(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = None) -> bytes:
-    """The complete header (length prefix + JSON, padded to 8 bytes) for tensors written in ``specs`` order."""
+    """The complete header for tensors written in ``specs`` order: length prefix + JSON, padded with spaces
+    so that the data starts at a multiple of ``CPU_ALIGNMENT`` (the format asks for 8)."""
     header: dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
     offset = 0
     for spec in specs:
@@ -77,7 +82,7 @@ def safetensors_header(specs: Iterable[TensorSpec], metadata: dict[str, str] | N
         }
         offset += spec.nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
+    encoded += b" " * (-(8 + len(encoded)) % CPU_ALIGNMENT)
     return struct.pack("<Q", len(encoded)) + encoded
 
 
@@ -125,9 +130,12 @@ def write_safetensors(
 ) -> str:
     """Write a safetensors file tensor by tensor; returns its sha256.
 
-    ``written(spec)``, when given, is called as soon as that tensor is on its way to disk and hashed,
-    so whatever memory produced it can be given back.
+    Tensors whose byte size is a multiple of ``CPU_ALIGNMENT`` come first (in ``specs`` order), then the
+    others: the format allows no gaps, so this keeps all the former aligned. ``written(spec)``, when given,
+    is called as soon as that tensor is on its way to disk and hashed, so whatever memory produced it can
+    be given back.
     """
+    specs = sorted(specs, key=lambda spec: spec.nbytes % CPU_ALIGNMENT != 0)
 
     def release(spec: TensorSpec | None) -> None:  # the header's buffer carries no spec
         if spec is not None and written is not None:

@@ -1,8 +1,10 @@
 """Give back the pages of a memory-mapped checkpoint once a tensor has been written (the one place
 that calls ``madvise``).
 
-Two mappings are released: a Python ``mmap`` of a safetensors file (:func:`release_mapped_range`),
-and the mapping ``torch.load(mmap=True)`` makes (:class:`PageReleaser`).
+Three mappings are released: a Python ``mmap`` of a safetensors file (:func:`release_mapped_range`),
+the mapping ``torch.load(mmap=True)`` makes (:class:`PageReleaser`), and, for a load that copies a
+checkpoint's tensors (models/storage.py), any file mapping this process has not written to (the one
+``safetensors.torch.load_file`` makes for timm's loader: :func:`clean_file_mappings`).
 
 A tensor read through ``torch.load(mmap=True)`` lives in a file mapping; every page it touched
 stays in the process's resident set until the mapping goes away, so reading a whole checkpoint
@@ -71,11 +73,44 @@ def file_mappings(path: str) -> list[tuple[int, int]]:
     return ranges
 
 
-class PageReleaser:
-    """Drops the resident pages of tensors that live inside the mappings of one file."""
+def clean_file_mappings() -> list[tuple[int, int]]:
+    """Address ranges of this process's file mappings that hold no page it wrote (Linux; empty elsewhere).
 
-    def __init__(self, path: str) -> None:
-        self.ranges = file_mappings(path) if _MADVISE is not None else []
+    A private mapping's written pages are anonymous copies (smaps' ``Anonymous``, or ``Swap`` once swapped
+    out); where there are none, every resident page is the file's own, and dropping it loses nothing.
+    """
+    ranges: list[tuple[int, int]] = []
+    span: tuple[int, int] | None = None
+    written = 0
+    try:
+        with open("/proc/self/smaps") as smaps:
+            for line in smaps:
+                head, _, rest = line.partition(" ")
+                if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms offset dev inode path"
+                    if span is not None and not written:
+                        ranges.append(span)
+                    fields = rest.split(maxsplit=4)
+                    start, end = (int(v, 16) for v in head.split("-"))
+                    span = (start, end) if len(fields) == 5 and fields[4].startswith("/") else None
+                    written = 0
+                elif head in ("Anonymous:", "Swap:"):
+                    written += int(rest.split()[0])
+    except (OSError, ValueError):
+        return []
+    if span is not None and not written:
+        ranges.append(span)
+    return ranges
+
+
+class PageReleaser:
+    """Drops the resident pages of tensors that live inside the mappings of one file (``path``), or,
+    with ``path=None``, inside any file mapping this process has not written to (:func:`clean_file_mappings`)."""
+
+    def __init__(self, path: str | None) -> None:
+        if _MADVISE is None:
+            self.ranges: list[tuple[int, int]] = []
+        else:
+            self.ranges = file_mappings(path) if path is not None else clean_file_mappings()
 
     def release(self, tensor: torch.Tensor) -> None:
         if not self.ranges:

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..layouts.page_release import PageReleaser
+from ..tensor_writer import CPU_ALIGNMENT
 from .weight_init import own_tensors
-
-#: Byte alignment of PyTorch's CPU allocator (c10's ``gAlignment``); loaded tensors are kept at it.
-CPU_ALIGNMENT = 64
 
 
 def default_device() -> torch.device:
@@ -53,11 +52,18 @@ def give_storage(module: nn.Module, device: torch.device) -> tuple[list[str], se
 
 
 def assignable(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state_dict`` ready to be assigned: floats cast to the module's dtypes, CPU tensors aligned."""
+    """``state_dict`` ready to be assigned: floats cast to the module's dtypes, CPU tensors aligned.
+
+    A tensor used as it is stays where it is (memory-mapped: pages read when first used). A tensor
+    that is copied (cast, or aligned) gives its file pages back once copied, so a memory-mapped
+    checkpoint is never resident twice: the load peaks at the model plus one tensor.
+    """
     own = dict(itertools.chain(module.named_parameters(), module.named_buffers()))
     ready = {}
+    pages: PageReleaser | None = None  # read /proc/self/smaps only when a CPU tensor is copied
     for key, value in state_dict.items():
         target = own.get(key)
+        source = value
         if target is not None and value.is_floating_point() and value.dtype != target.dtype:
             value = value.to(target.dtype)
         elif value.device.type == "cpu" and value.data_ptr() % CPU_ALIGNMENT:
@@ -65,5 +71,8 @@ def assignable(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> dic
             # unaligned data and round differently in the last bit; an aligned copy keeps the
             # logits bit-identical to a model that copied the checkpoint into its own tensors
             value = value.clone()
+        if value is not source and source.device.type == "cpu":
+            pages = pages or PageReleaser(None)
+            pages.release(source)
         ready[key] = value
     return ready

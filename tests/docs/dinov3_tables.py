@@ -1,0 +1,106 @@
+"""The tables docs/dinov3.md shows, from the registry and the models themselves (its checked blocks run these).
+
+python -m tests.docs.dinov3_tables tags      # every DINOv3 tag: timm's weights, license, input
+python -m tests.docs.dinov3_tables counts    # true and torchsummary counts, ours next to timm's
+python -m tests.docs.dinov3_tables rotary    # the rotary terms' dtype and error after a cast
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+
+import timm
+import torch
+from torch import nn
+
+from timm_vitscratch.inspect.counts import leaf_module_param_count
+from timm_vitscratch.models.build import build_on_meta
+from timm_vitscratch.models.model_args import true_param_count
+from timm_vitscratch.models.pretrained import TIMM_TAGS
+from timm_vitscratch.models.variants import DINOV3_TIMM_NAMES
+
+
+def _table(header: list[str], rows: list[list[str]], right: int) -> str:
+    """Columns from ``right`` on are right-aligned (numbers)."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for cells in [header, ["-" * w for w in widths], *rows]:
+        padded = [c.rjust(w) if i >= right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def tags() -> str:
+    rows = []
+    for ours in TIMM_TAGS:
+        if not ours.startswith("scratch_dinov3_"):
+            continue
+        cfg = timm.models.get_pretrained_cfg(ours)
+        size = "x".join(str(s) for s in cfg.input_size[1:])
+        mean = "ImageNet" if tuple(cfg.mean) == timm.data.IMAGENET_DEFAULT_MEAN else ", ".join(map(str, cfg.mean))
+        rows.append([ours, cfg.hf_hub_id, cfg.license, size, mean])
+    return _table(["tag", "weights (timm's repo)", "license", "input", "mean"], rows, right=5)
+
+
+def _timm_on_meta(name: str) -> nn.Module:
+    with torch.device("meta"):
+        return timm.create_model(name)
+
+
+def counts() -> str:
+    rows = []
+    for ours_name, timm_name in DINOV3_TIMM_NAMES.items():
+        ours, theirs = build_on_meta(ours_name), _timm_on_meta(timm_name)
+        true, summary = true_param_count(ours), leaf_module_param_count(ours)
+        timm_true, timm_summary = true_param_count(theirs), leaf_module_param_count(theirs)
+        same = "yes" if (true, summary) == (timm_true, timm_summary) else "NO"
+        rows.append([ours_name, timm_name, f"{true:,}", f"{summary:,}", f"{timm_true:,}", f"{timm_summary:,}", same])
+    header = ["ours", "timm", "true count", "torchsummary", "timm true", "timm torchsummary", "same"]
+    return _table(header, rows, right=2)
+
+
+def _ours_terms(model: nn.Module, grid: int) -> torch.Tensor:
+    return model.rope.for_grid(grid, grid, torch.device("cpu"))  # (2, N, head_dim): sines, cosines
+
+
+def _timm_terms(model: nn.Module, grid: int) -> torch.Tensor:
+    # a fixed-size model returns its cached table; a dynamic-size one builds one for the grid asked
+    embed = model.rope.get_embed() if model.rope.feat_shape is not None else model.rope.get_embed(shape=[grid, grid])
+    return torch.stack(embed.chunk(2, dim=-1))  # (N, 2 * head_dim) of [sines, cosines] -> (2, N, head_dim)
+
+
+def rotary() -> str:
+    """Each model cast to bf16 and fp16: the dtype of its rotary terms, and their largest error against the fp32 terms."""
+    grid, rows = 16, []
+    for dynamic in (True, False):
+        build: dict[str, tuple[str, Callable[[nn.Module, int], torch.Tensor]]] = {
+            "ours": ("scratch_dinov3_s16", _ours_terms),
+            "timm": ("vit_small_patch16_dinov3", _timm_terms),
+        }
+        for who, (name, terms) in build.items():
+            model = timm.create_model(name, depth=1, dynamic_img_size=dynamic).eval()
+            reference = terms(model, grid).double()
+            for dtype in (torch.bfloat16, torch.float16):
+                cast = terms(copy.deepcopy(model).to(dtype), grid)  # each cast from the fp32 model
+                error = (cast.double() - reference).abs().max().item()
+                rows.append(
+                    [
+                        who,
+                        str(dynamic),
+                        str(dtype).removeprefix("torch."),
+                        str(cast.dtype).removeprefix("torch."),
+                        f"{error:.1e}",
+                    ]
+                )
+    header = ["model", "dynamic_img_size", "model cast to", "rotary terms", "max |error|"]
+    return _table(header, rows, right=4)
+
+
+TABLES = {"tags": tags, "counts": counts, "rotary": rotary}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in TABLES:
+        sys.exit(f"usage: python -m tests.docs.dinov3_tables {{{','.join(TABLES)}}}")
+    print(TABLES[sys.argv[1]]())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import timm
 import torch
@@ -38,6 +39,7 @@ def tags() -> str:
         if not ours.startswith("scratch_dinov3_"):
             continue
         cfg = timm.models.get_pretrained_cfg(ours)
+        assert cfg is not None and cfg.hf_hub_id and cfg.license, ours
         size = "x".join(str(s) for s in cfg.input_size[1:])
         mean = "ImageNet" if tuple(cfg.mean) == timm.data.IMAGENET_DEFAULT_MEAN else ", ".join(map(str, cfg.mean))
         rows.append([ours, cfg.hf_hub_id, cfg.license, size, mean])
@@ -61,11 +63,11 @@ def counts() -> str:
     return _table(header, rows, right=2)
 
 
-def _ours_terms(model: nn.Module, grid: int) -> torch.Tensor:
+def _ours_terms(model: Any, grid: int) -> torch.Tensor:
     return model.rope.for_grid(grid, grid, torch.device("cpu"))  # (2, N, head_dim): sines, cosines
 
 
-def _timm_terms(model: nn.Module, grid: int) -> torch.Tensor:
+def _timm_terms(model: Any, grid: int) -> torch.Tensor:
     # a fixed-size model returns its cached table; a dynamic-size one builds one for the grid asked
     embed = model.rope.get_embed() if model.rope.feat_shape is not None else model.rope.get_embed(shape=[grid, grid])
     return torch.stack(embed.chunk(2, dim=-1))  # (N, 2 * head_dim) of [sines, cosines] -> (2, N, head_dim)
@@ -75,7 +77,7 @@ def rotary() -> str:
     """Each model cast to bf16 and fp16: the dtype of its rotary terms, and their largest error against the fp32 terms."""
     grid, rows = 16, []
     for dynamic in (True, False):
-        build: dict[str, tuple[str, Callable[[nn.Module, int], torch.Tensor]]] = {
+        build: dict[str, tuple[str, Callable[[Any, int], torch.Tensor]]] = {
             "ours": ("scratch_dinov3_s16", _ours_terms),
             "timm": ("vit_small_patch16_dinov3", _timm_terms),
         }

@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import coremltools as ct
 import onnxruntime
@@ -26,12 +27,12 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
-import timm_vitscratch  # noqa: F401  (registers the zoo)
+from timm_vitscratch import VisionTransformer  # importing registers the zoo
 
 pytestmark = pytest.mark.slow  # torch.export, ONNX and coremltools conversions
 
 # the registered variants' structure at test size: 2 blocks of width 64, head width 32, 4x4 patches of 16
-SMALL = dict(img_size=64, embed_dim=64, depth=2, num_heads=2)
+SMALL: dict[str, Any] = dict(img_size=64, embed_dim=64, depth=2, num_heads=2)
 #: the GELU MLP without biases on qkv, and SwiGLU with Eva's q/v biases
 FAMILY = ["scratch_dinov3_s16", "scratch_dinov3_s16_plus_qkvb"]
 PATCH = 16
@@ -173,7 +174,8 @@ def test_evas_separate_biases_start_at_zero() -> None:
     """``init_weights`` zeroes ``q_bias``/``v_bias`` and the key bias, as timm's ``Eva`` starts them: a model
     given storage after ``meta`` would otherwise hold stale memory there (NaN outputs in the tests above)."""
     model = _model("scratch_dinov3_s16_qkvb")
-    attn = model.blocks[0].attn
+    assert isinstance(model, VisionTransformer)
+    attn: Any = model.blocks[0].attn
     with torch.no_grad():
         for bias in (attn.q_bias, attn.k_bias, attn.v_bias):
             bias.fill_(float("nan"))

@@ -194,6 +194,8 @@ RUN: dict[str, StandIn] = {
     "docs/inspection.md: from timm_vitscratch.inspect.attention_maps import attention_maps, load_image, load_model": (
         StandIn()
     ),
+    # docs/dinov3.md: the tag resolved and built, one block deep; its weights would come from the network
+    "docs/dinov3.md: import timm, torch": StandIn(replace=(("pretrained=True", "pretrained=False, depth=1"),)),
     "docs/inspection.md: import timm": StandIn(),
     # docs/models.md: the export blocks on a one-block model (what they show does not depend on depth)
     "docs/models.md: import timm, timm_vitscratch": StandIn(),

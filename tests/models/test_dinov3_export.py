@@ -1,4 +1,4 @@
-"""DINOv3 out of PyTorch: torch.export and ONNX with equal outputs, no op mobile exporters refuse, and coremltools.
+"""DINOv3 out of PyTorch: torch.export, ONNX and TorchScript with equal outputs, no op mobile exporters refuse, and coremltools.
 
 The rotary position is built from ops every exporter takes (sin, cos, cat, index, multiply): no
 ``tensor_split`` (coremltools #2226, timm #2594), no ``split``/``chunk`` and no complex numbers. A walk
@@ -111,6 +111,23 @@ def test_the_op_walk_finds_the_split_in_timms_eva() -> None:
     four ``chunk`` a block as exported, four ``split`` once decomposed."""
     found = Counter(refused_ops(_export(_model("vit_small_patch16_dinov3"))))
     assert found == {"aten.chunk.default": 4 * SMALL["depth"], "aten.split.Tensor": 4 * SMALL["depth"]}
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_jit_script_equals_eager_at_two_sizes(name: str) -> None:
+    model = _model(name)
+    scripted = torch.jit.script(model)
+    for shape in ((2, 3, 64, 64), (1, 3, 48, 80)):
+        x = torch.randn(shape)
+        with torch.no_grad():
+            _close(scripted(x), model(x))
+
+
+def test_jit_script_refuses_patch_dropout_with_rotary_position_in_one_line() -> None:
+    """Keeping each kept patch's rotary terms takes an eager-only path: scripted, training says so."""
+    scripted = torch.jit.script(timm.create_model(FAMILY[0], patch_drop_rate=0.5, **SMALL).train())
+    with pytest.raises(torch.jit.Error, match="patch dropout with rotary position trains only unscripted"):
+        scripted(torch.randn(2, 3, 64, 64))
 
 
 @pytest.mark.parametrize("name", FAMILY)

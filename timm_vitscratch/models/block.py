@@ -21,6 +21,9 @@ class Block(nn.Module):
     ``swiglu_mlp`` swaps the GELU MLP for timm's ``SwiGLU``.
     """
 
+    # for the counts and FLOPs, never the forward: TorchScript compiles properties unless told not to
+    __jit_unused_properties__ = ("mlp_shape",)
+
     def __init__(
         self,
         dim: int,

@@ -667,7 +667,11 @@ class VisionTransformer(nn.Module):
         if self.rope is not None:
             rope = with_prefix_rows(self.rope.for_grid(height, width, x.device), self.num_prefix_tokens)
         if self.patch_drop is not None:
-            if rope is not None and self.training and isinstance(self.patch_drop, PatchDropout):
+            if torch.jit.is_scripting():  # TorchScript compiles no isinstance of a module class
+                if rope is not None and self.training:
+                    raise RuntimeError("patch dropout with rotary position trains only unscripted, in eager mode")
+                x = self.patch_drop(x)
+            elif rope is not None and self.training and isinstance(self.patch_drop, PatchDropout):
                 x, rope = self._drop_patches_and_rope(x, rope)
             else:
                 x = self.patch_drop(x)

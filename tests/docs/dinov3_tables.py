@@ -14,13 +14,8 @@ from typing import Any
 
 import timm
 import torch
-from torch import nn
 
-from timm_vitscratch.inspect.counts import leaf_module_param_count
-from timm_vitscratch.models.build import build_on_meta
-from timm_vitscratch.models.model_args import true_param_count
 from timm_vitscratch.models.pretrained import TIMM_TAGS
-from timm_vitscratch.models.variants import DINOV3_TIMM_NAMES
 
 
 def _table(header: list[str], rows: list[list[str]], right: int) -> str:
@@ -44,23 +39,6 @@ def tags() -> str:
         mean = "ImageNet" if tuple(cfg.mean) == timm.data.IMAGENET_DEFAULT_MEAN else ", ".join(map(str, cfg.mean))
         rows.append([ours, cfg.hf_hub_id, cfg.license, size, mean])
     return _table(["tag", "weights (timm's repo)", "license", "input", "mean"], rows, right=5)
-
-
-def _timm_on_meta(name: str) -> nn.Module:
-    with torch.device("meta"):
-        return timm.create_model(name)
-
-
-def counts() -> str:
-    rows = []
-    for ours_name, timm_name in DINOV3_TIMM_NAMES.items():
-        ours, theirs = build_on_meta(ours_name), _timm_on_meta(timm_name)
-        true, summary = true_param_count(ours), leaf_module_param_count(ours)
-        timm_true, timm_summary = true_param_count(theirs), leaf_module_param_count(theirs)
-        same = "yes" if (true, summary) == (timm_true, timm_summary) else "NO"
-        rows.append([ours_name, timm_name, f"{true:,}", f"{summary:,}", f"{timm_true:,}", f"{timm_summary:,}", same])
-    header = ["ours", "timm", "true count", "torchsummary", "timm true", "timm torchsummary", "same"]
-    return _table(header, rows, right=2)
 
 
 def _ours_terms(model: Any, grid: int) -> torch.Tensor:
@@ -100,7 +78,7 @@ def rotary() -> str:
     return _table(header, rows, right=4)
 
 
-TABLES = {"tags": tags, "counts": counts, "rotary": rotary}
+TABLES = {"tags": tags, "rotary": rotary}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in TABLES:

@@ -46,6 +46,17 @@ def test_jit_script_matches_eager(case):
         _close(scripted.forward_head(scripted.forward_features(x)), model.forward_head(features))
 
 
+@pytest.mark.parametrize("name", ["scratch_vit_ti16", "scratch_dinov3_s16_qkvb"])
+def test_jit_trace_with_autograd_on_passes_its_own_check(name):
+    # torch.jit.trace re-runs the model and compares graphs: a branch on torch.is_grad_enabled() would
+    # differ between the two (attention splits q/k/v one way for autograd, another without); tracing takes one
+    model = timm.create_model(name, img_size=32, patch_size=8, depth=2).eval()
+    x = torch.randn(2, 3, 32, 32)
+    traced = torch.jit.trace(model, x, check_trace=True)
+    with torch.no_grad():
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
+
+
 def test_jit_script_dynamic_img_size_at_another_size():
     model = tiny(dynamic_img_size=True).eval()
     scripted = torch.jit.script(model)

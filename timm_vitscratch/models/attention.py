@@ -127,7 +127,8 @@ class Attention(nn.Module):
         """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
         batch, tokens, _ = x.shape
         qkv = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.jit.is_tracing():
+            # (one path while tracing: torch.jit.trace checks its graph by running again, maybe without autograd)
             # split on the q/k/v axis and only then move heads forward: backward stacks the three
             # gradients straight into the projection's layout, with no copy
             q, k, v = qkv.unbind(2)

@@ -16,6 +16,7 @@ from ..layouts.layout import Layout
 from ..models.architecture import Arch
 
 if TYPE_CHECKING:  # timm's models are imported where a reference is built, not when this module loads
+    from timm.models.eva import Eva
     from timm.models.vision_transformer import VisionTransformer
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
@@ -48,7 +49,7 @@ def classifier_input(model: nn.Module, classifiers: list[nn.Module], forward: Fo
     return features
 
 
-def timm_reference(model: VisionTransformer, description: str) -> Reference:
+def timm_reference(model: VisionTransformer | Eva, description: str) -> Reference:
     """A timm model's reference: its own ``forward_head(pre_logits=True)`` and logits."""
 
     def features(x: torch.Tensor) -> torch.Tensor:

@@ -44,7 +44,9 @@ def dinov3_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     options: dict[str, Any] = dict(FAMILY)
     if "reg_token" in shapes:
         options["reg_tokens"] = shapes["reg_token"][1]
-    options["init_values"] = ARCHITECTURES["scratch_dinov3_s16"]["init_values"] if "blocks.0.gamma_1" in shapes else None
+    options["init_values"] = (
+        ARCHITECTURES["scratch_dinov3_s16"]["init_values"] if "blocks.0.gamma_1" in shapes else None
+    )
     options["qkv_bias"] = "blocks.0.attn.q_bias" in shapes
     if "blocks.0.mlp.fc1_g.weight" in shapes:
         options["swiglu_mlp"] = True

@@ -100,8 +100,16 @@ class SourceFormat(Layout):
         raise NotImplementedError
 
     # --- export -------------------------------------------------------------------------------------
+    #: the export writes a model directory (config.json + model.safetensors) rather than one file
+    export_directory = False
+
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         raise ConversionError(f"export to {self.name} is not supported")
+
+    def export_config(self, arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
+        """For a directory export: the config (an object with ``save_pretrained(directory)``) for a model of these
+        constructor ``args``, and notes; raises ConversionError for what the target cannot hold."""
+        raise ConversionError(f"export to {self.name} writes no model directory")
 
 
 def round_parameters(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:

@@ -118,4 +118,3 @@ def dinov3_export_map(depth: int, gated: bool, has_qv_bias: bool) -> KeyMap:
             weight_and_bias(rules, f"{dst}mlp.{theirs}", f"{src}mlp.{ours}")
     weight_and_bias(rules, "norm", "norm")
     return rules
-

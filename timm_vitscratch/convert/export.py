@@ -175,14 +175,14 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
 def _classic_checks(model: torch.nn.Module, arch: Arch, args: dict[str, Any], to: str, library: str) -> list[str]:
     """What a timm / torchvision / JAX ViT file cannot hold (refused), and what its library will not rebuild on
     its own (notes)."""
+    if to != "timm" and args.get("rope_type"):
+        raise ConversionError(f"{library}'s ViT has no rotary position; export this model to timm or transformers")
     if to != "timm" and model.global_pool != "token":
         raise ConversionError(
             f"{library} classifies from the class token; this model pools with global_pool={model.global_pool!r}"
         )
     if to == "torchvision" and arch.num_classes == 0:
         raise ConversionError("torchvision's VisionTransformer always has a classifier; this model has none")
-    if to != "timm" and args.get("rope_type"):
-        raise ConversionError(f"{library}'s ViT has no rotary position; export this model to timm or transformers")
     usual = 1e-5 if to == "timm" and args.get("rope_type") == "dinov3" else 1e-6  # timm's Eva DINOv3 uses 1e-5
     if arch.norm_eps != usual:
         return [f"this model's LayerNorm eps is {arch.norm_eps:g}; {library} models use {usual:g}"]

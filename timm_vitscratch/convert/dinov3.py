@@ -76,6 +76,8 @@ def timm_eva(spec: ReferenceSpec) -> Eva:
     from timm.models.eva import Eva
 
     arch: Arch = spec.arch
+    if arch.num_heads is None:
+        raise ConversionError("the head count is unknown: pass --num-heads")
     unknown = sorted(set(arch.options) - set(EVA_ARGS) - set(EVA_IMPLIED))
     if unknown:
         raise ConversionError(f"timm's Eva (the reference) has no DINOv3 option for {', '.join(unknown)}")

@@ -124,6 +124,8 @@ def dinov3_config(arch: Arch, mlp_hidden: int) -> Any:
     """The ``DINOv3ViTConfig`` of an architecture (for the reference model, and written by export)."""
     import transformers
 
+    if arch.num_heads is None:
+        raise ConversionError("the head count is unknown: pass --num-heads")
     size = arch.img_size
     gated = bool(arch.options.get("swiglu_mlp"))
     biases = bool(arch.options.get("qkv_bias"))

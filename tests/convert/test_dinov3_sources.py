@@ -20,6 +20,7 @@ from torch import nn
 from timm_vitscratch.convert import ConversionError, convert, export
 from timm_vitscratch.convert.formats import detect_format
 from timm_vitscratch.layouts import StateDictCheckpoint
+from timm_vitscratch.licenses import TRAVELLING
 
 pytestmark = pytest.mark.slow  # each source converted and verified by its own library
 
@@ -143,6 +144,21 @@ def test_meta_checkpoint_converts_to_the_variant_and_equals_timm_eva(tmp_path, t
         diff = features_diff(ours, source, size)
         print(f"meta -> ours ({expected}) {size[0]}x{size[1]}: forward_features max-abs-diff {diff:.2e}")
         assert diff <= TOL
+
+
+def test_meta_conversion_and_its_exports_carry_the_dinov3_license_text(tmp_path):
+    torch.save(meta_state_dict(timm_dinov3("vit_small_patch16_dinov3")), tmp_path / "dinov3.pth")
+    convert(tmp_path / "dinov3.pth", tmp_path / "out")
+    text = TRAVELLING["dinov3-license"]
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["pretrained_cfg"]["license"] == "dinov3-license"
+    assert (tmp_path / "out" / text.file_name).read_bytes() == text.read()
+    to_hf = export(tmp_path / "out", "transformers", tmp_path / "hf")
+    assert to_hf.license_file == tmp_path / "hf" / text.file_name and to_hf.license_file.read_bytes() == text.read()
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == sorted(
+        ["config.json", "model.safetensors", text.file_name]
+    )
+    to_timm = export(tmp_path / "out", "timm", tmp_path / "eva.safetensors")
+    assert to_timm.license_file == tmp_path / f"eva.safetensors.{text.file_name}"
 
 
 def test_meta_checkpoint_with_training_only_parts_converts_and_loads_through_timm(tmp_path):

@@ -4,6 +4,7 @@ A Meta file records no config. The head width comes from the rotary's stored per
 ``head_dim / 4`` of them), the activation from the MLP's names (``fc1``/``fc2`` GELU, ``w1``/``w2``/``w3``
 SwiGLU); the LayerNorm eps is DINOv3's 1e-5, assumed (and said). ``--verify`` builds timm's ``Eva`` and loads the
 file through timm's own DINOv3 importer (``timm.models.eva.checkpoint_filter_fn``): an independent reading.
+The converted directory records the DINOv3 License, under which Meta publishes these weights, and carries its text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from ..layouts.checkpoint import Checkpoint
 from ..layouts.meta_dinov3 import MetaDinov3Layout
 from .dinov3 import dinov3_options, timm_eva
 from .source_format import Reference, ReferenceSpec, SourceFormat, round_parameters, timm_reference
+
+#: the license id Meta's DINOv3 releases are recorded under (timm's DINOv3 tags record the same)
+LICENSE = "dinov3-license"
 
 
 class MetaDinov3Format(MetaDinov3Layout, SourceFormat):
@@ -33,6 +37,11 @@ class MetaDinov3Format(MetaDinov3Layout, SourceFormat):
                 hints["num_heads"] = width // head_dim
                 hints["stated_by"] = "rotary periods (rope_embed.periods)"
         return hints
+
+    def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        # Meta's DINOv3 weights (and the code whose layout this is) are under the DINOv3 License, whose text
+        # must travel with them: recorded, the converted directory carries it
+        return {"license": LICENSE}
 
     def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         # the MLP's names fix its activation (Meta's "mlp" is exact GELU); heads come from the periods

@@ -388,7 +388,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     p_pull.set_defaults(func=_cmd_pull)
 
     p_convert = commands.add_parser(
-        "convert", help="timm / torchvision / transformers / JAX weights -> a scratch model directory"
+        "convert", help="timm / torchvision / transformers / JAX / Meta DINOv3 weights -> a scratch model directory"
     )
     p_convert.add_argument(
         "src", help="checkpoint file (.safetensors, .pth/.pt/.bin/.pth.tar, .npz) or model directory"
@@ -451,10 +451,16 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     )
     p_convert.set_defaults(func=_cmd_convert)
 
-    p_export = commands.add_parser("export", help="a scratch model directory -> timm / torchvision / JAX weights")
+    p_export = commands.add_parser(
+        "export", help="a scratch model directory -> timm / torchvision / JAX weights, or a transformers directory"
+    )
     p_export.add_argument("model_dir", help="directory written by convert (model.safetensors + config.json)")
     p_export.add_argument("--to", required=True, choices=choices.EXPORT_TARGETS, help="target layout")
-    p_export.add_argument("out", help="output file: .safetensors or .pth (timm, torchvision), .npz (jax)")
+    p_export.add_argument(
+        "out",
+        help="output file: .safetensors or .pth (timm, torchvision), .npz (jax); "
+        "a new or empty directory (transformers: a DINOv3ViTModel)",
+    )
     p_export.add_argument(
         "--dtype", choices=choices.DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)"
     )

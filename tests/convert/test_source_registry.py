@@ -29,6 +29,6 @@ def test_no_source_module_is_left_unregistered():
 
 
 def test_the_export_targets_are_the_formats_that_write():
-    writes = {name for name, fmt in FORMATS.items() if fmt.export_suffixes}
+    writes = {name for name, fmt in FORMATS.items() if fmt.export_suffixes or fmt.export_directory}
     overrides = {name for name, fmt in FORMATS.items() if type(fmt).export_map is not SourceFormat.export_map}
     assert set(choices.EXPORT_TARGETS) == writes == overrides

@@ -1,15 +1,17 @@
-"""``export()``: a scratch model directory -> a stock timm / torchvision state dict or Google's JAX ``.npz``."""
+"""``export()``: a scratch model directory -> a stock timm / torchvision state dict, Google's JAX ``.npz``, or a
+transformers ``DINOv3ViTModel`` directory."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..atomic_replace import ConcurrentWriteError
+from ..atomic_replace import ConcurrentWriteError, install, staged, starting_point
 from ..choices import EXPORT_TARGETS
 from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
@@ -17,10 +19,11 @@ from ..layouts.keymap import available
 from ..layouts.reader import open_checkpoint
 from ..licenses import license_files, write_license_files
 from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory, weights_license
-from ..models.architecture import describe_model
+from ..models.architecture import Arch, describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 from .formats import FORMATS
 from .plan import meta_output, parse_dtype
+from .shape_inference import variant_args
 
 
 @dataclass
@@ -30,7 +33,8 @@ class ExportResult:
     model_name: str
     tensors: int
     notes: list[str]
-    #: the license text written beside ``out`` (``<out name>.LICENSE.md``) for weights whose license requires it
+    #: the license text written with the weights, for weights whose license requires it: beside a file ``out``
+    #: (``<out name>.LICENSE.md``), inside a directory ``out``
     license_file: Path | None = None
 
 
@@ -53,7 +57,7 @@ def _refuse_what_the_layout_cannot_hold(
             f"{library}'s ViT layout has no place for {listed(unused)}; "
             "export to timm, whose VisionTransformer takes these options"
         )
-    if to == "timm":
+    if to in ("timm", "transformers"):  # timm takes every option; transformers' checks are its config's
         return
     act = model.get_submodule("blocks.0.mlp.act")
     if not (type(act) is torch.nn.GELU and act.approximate == "none"):
@@ -86,35 +90,36 @@ def _failed_write(err: BaseException) -> OSError | None:
 
 
 def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype | None = None) -> ExportResult:
-    """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision) or ``.npz`` (jax).
+    """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision), ``.npz`` (jax), or
+    model directory (transformers: ``config.json`` + ``model.safetensors``, a DINOv3ViTModel).
 
-    The output format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
+    A file's format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
     a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory. ``out`` is
-    written under a staging name and renamed into place; it may not be the directory's own files. Weights
-    whose license requires its text to travel with them (the DINOv3 License) get it beside ``out``, as
-    ``<out name>.LICENSE.md``, written before ``out`` (and removed again if ``out`` cannot be written).
+    written under a staging name and renamed into place; it may not be the directory's own files. A directory
+    ``out`` must be new or empty; it is staged beside and swapped in whole. Weights whose license requires its
+    text to travel with them (the DINOv3 License) get it: inside a directory ``out``, and beside a file ``out``
+    as ``<out name>.LICENSE.md``, written before ``out`` (and removed again if ``out`` cannot be written).
     """
     model_dir, out = Path(model_dir), Path(out)
-    refuse_writing_over(model_dir, out)
     if to not in EXPORT_TARGETS:
         raise ConversionError(f"unknown export target {to!r}; expected one of {', '.join(EXPORT_TARGETS)}")
     fmt = FORMATS[to]
     suffix = out.suffix.lower()
-    if suffix not in fmt.export_suffixes:
-        raise ConversionError(f"{to} export writes {' or '.join(fmt.export_suffixes)} files; got {out.name!r}", out)
+    if fmt.export_directory:
+        _refuse_occupied(out)
+    else:
+        refuse_writing_over(model_dir, out)
+        if suffix not in fmt.export_suffixes:
+            raise ConversionError(f"{to} export writes {' or '.join(fmt.export_suffixes)} files; got {out.name!r}", out)
     out_dtype = parse_dtype(dtype)
     config, model, weights = _load_model_dir(model_dir)
     name = config["architecture"]
     arch = describe_model(model)
-    notes = []
-    if to != "timm" and model.global_pool != "token":
-        raise ConversionError(
-            f"{fmt.library} classifies from the class token; this model pools with global_pool={model.global_pool!r}"
-        )
-    if to == "torchvision" and arch.num_classes == 0:
-        raise ConversionError("torchvision's VisionTransformer always has a classifier; this model has none")
-    if arch.norm_eps != 1e-6:
-        notes.append(f"this model's LayerNorm eps is {arch.norm_eps:g}; {fmt.library} models use 1e-6")
+    args = {**variant_args(name), **(config.get("model_args") or {})}
+    if fmt.export_directory:
+        target_config, notes = fmt.export_config(arch, args)
+    else:
+        notes = _classic_checks(model, arch, args, to, fmt.library)
     expected = model.state_dict()
     with open_checkpoint(weights) as checkpoint:
         keys = set(checkpoint.keys())
@@ -137,17 +142,24 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
             rule = rules[spec.name]
             return rule.op(*[checkpoint.tensor(s) for s in rule.sources]).to(spec.dtype).contiguous()
 
-        recorded, prefix = weights_license(config), f"{out.name}."
-        # the license texts this export adds beside ``out``: removed again if ``out`` cannot be written
-        added = [out.parent / n for n in license_files(recorded, prefix) if not os.path.lexists(out.parent / n)]
+        recorded = weights_license(config)
+        prefix = "" if fmt.export_directory else f"{out.name}."
+        where = out if fmt.export_directory else out.parent
+        # the license texts this export adds beside a file ``out``: removed again if ``out`` cannot be written
+        added = [] if fmt.export_directory else [where / n for n in license_files(recorded, prefix)]
+        added = [path for path in added if not os.path.lexists(path)]
         try:
-            written = write_license_files(out.parent, recorded, prefix)
-            if suffix == ".safetensors":
-                write_safetensors(out, specs, produce)
-            elif suffix == ".npz":
-                write_npz(out, specs, produce)
+            if fmt.export_directory:
+                _write_directory(out, target_config, specs, produce, recorded)
+                written = [where / n for n in license_files(recorded)]
             else:
-                write_torch(out, specs, produce)
+                written = write_license_files(where, recorded, prefix)
+                if suffix == ".safetensors":
+                    write_safetensors(out, specs, produce)
+                elif suffix == ".npz":
+                    write_npz(out, specs, produce)
+                else:
+                    write_torch(out, specs, produce)
         except BaseException as err:
             for path in added:  # no license text left behind for weights that were not written
                 path.unlink(missing_ok=True)
@@ -158,3 +170,41 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
                 raise
             raise ConversionError(f"cannot write the export: {cause.strerror or cause}", out) from None
     return ExportResult(out, to, name, len(specs), notes, written[0] if written else None)
+
+
+def _classic_checks(model: torch.nn.Module, arch: Arch, args: dict[str, Any], to: str, library: str) -> list[str]:
+    """What a timm / torchvision / JAX ViT file cannot hold (refused), and what its library will not rebuild on
+    its own (notes)."""
+    if to != "timm" and args.get("rope_type"):
+        raise ConversionError(f"{library}'s ViT has no rotary position; export this model to timm or transformers")
+    if to != "timm" and model.global_pool != "token":
+        raise ConversionError(
+            f"{library} classifies from the class token; this model pools with global_pool={model.global_pool!r}"
+        )
+    if to == "torchvision" and arch.num_classes == 0:
+        raise ConversionError("torchvision's VisionTransformer always has a classifier; this model has none")
+    usual = 1e-5 if to == "timm" and args.get("rope_type") == "dinov3" else 1e-6  # timm's Eva DINOv3 uses 1e-5
+    if arch.norm_eps != usual:
+        return [f"this model's LayerNorm eps is {arch.norm_eps:g}; {library} models use {usual:g}"]
+    return []
+
+
+def _refuse_occupied(out: Path) -> None:
+    if os.path.lexists(out) and not out.is_dir():
+        raise ConversionError("exists and is not a directory; the export writes a model directory", out)
+    if out.is_dir() and any(out.iterdir()):
+        raise ConversionError("is not empty; the export writes a new model directory (give a new or empty one)", out)
+
+
+def _write_directory(
+    out: Path, config: Any, specs: list[TensorSpec], produce: Callable[[TensorSpec], torch.Tensor], recorded: Any
+) -> None:
+    """``config.json`` (the target library's config, saved by it), ``model.safetensors`` (streamed) and the
+    license text the weights' license requires, into a directory staged beside ``out`` and swapped in whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = starting_point(out)
+    with staged(out, directory=True) as stage:
+        config.save_pretrained(stage)
+        write_license_files(stage, recorded)
+        write_safetensors(stage / WEIGHTS_NAME, specs, produce, metadata={"format": "pt"})
+        install(stage, out, started, only_into_empty=True)

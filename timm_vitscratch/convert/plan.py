@@ -27,7 +27,7 @@ from ..models.layers import to_2tuple
 from ..models.model_args import check_architecture, check_option
 from ..models.variants import ARCHITECTURES
 from ..tensor_writer import TensorSpec
-from .shape_inference import choose_variant, infer_arch, model_args, settle_heads
+from .shape_inference import choose_variant, infer_arch, model_args, settle_heads, settle_mlp
 from .source_format import SourceFormat
 
 #: the dtypes weights can be written in (``--dtype``)
@@ -111,10 +111,12 @@ def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> tuple[Arch, KeyMap, 
     ignored = fmt.ignorable_keys(checkpoint)
     depth = fmt.depth(keys)
     rules: KeyMap = fmt.key_map(keys, depth)
+    # the architecture is what the kept keys make: droppable ones (zero q/v biases, say) may fill a model that
+    # asks for them (--model), but do not ask for it
     shapes = {
         target: tuple(meta_output(rule, checkpoint, target).shape)
         for target, rule in rules.items()
-        if available(rule, keys)
+        if available(rule, keys - ignored)
     }
     sources = {target: rule.sources for target, rule in rules.items()}
     hints = checked_hints(fmt.hints(checkpoint, keys))
@@ -132,6 +134,7 @@ HINT_OPTIONS = {
     "embed_dim": "embed_dim",
     "num_classes": "num_classes",
     "representation_size": "representation_size",
+    "rope_temperature": "rope_temperature",
 }
 
 
@@ -172,6 +175,7 @@ def plan_conversion(
     arch, rules, ignored = read_arch(checkpoint, fmt)
     name = choose_variant(arch, model)
     settle_heads(arch, name, num_heads)
+    settle_mlp(arch, name)
     target_size = _pair(img_size) or arch.img_size
     for side in target_size:
         if side % arch.patch_size:

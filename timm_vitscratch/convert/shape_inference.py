@@ -19,6 +19,9 @@ from ..models.layers import to_2tuple
 from ..models.model_args import DEFAULTS
 from ..models.variants import ARCHITECTURES
 
+#: the DINOv3 family's shared arguments (every scratch_dinov3_* variant has them)
+DINOV3_ARGS = ARCHITECTURES["scratch_dinov3_s16"]
+
 #: timm's usual attention head width: the head count assumed when nothing says otherwise
 HEAD_DIM = 64
 
@@ -52,6 +55,8 @@ def infer_arch(
     options = dict(options or {})
     if hints.get("act_layer"):  # shapes cannot tell the activation: only a config or train.py args say it
         options["act_layer"] = hints["act_layer"]
+    if "rope_temperature" in hints and options.get("rope_type"):  # nor a rotary's base, unless stored (Meta's periods)
+        options["rope_temperature"] = hints["rope_temperature"]
     patch = _need(shapes, "patch_embed.proj.weight", "patch embedding", sources)
     if len(patch) != 4 or patch[2] != patch[3]:
         raise _no_variant(f"patch embedding has shape {patch}, expected (embed_dim, channels, patch, patch)")
@@ -69,7 +74,9 @@ def infer_arch(
         raise _no_variant(
             f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for embed_dim {embed_dim}"
         )
-    fc1 = _need(shapes, "blocks.0.mlp.fc1.weight", "MLP in block 0", sources)
+    swiglu = bool(options.get("swiglu_mlp"))
+    fc1_key = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
+    fc1 = _need(shapes, fc1_key, "MLP in block 0", sources)
     if len(fc1) != 2 or fc1[1] != embed_dim:
         raise _no_variant(f"MLP input projection is {fc1}, expected (hidden, {embed_dim})")
     distilled = "dist_token" in shapes
@@ -84,15 +91,19 @@ def infer_arch(
         representation_size=None,
         distilled=distilled,
         mlp_hidden=fc1[0],
-        norm_eps=hints.get("norm_eps", DEFAULT_NORM_EPS),
+        norm_eps=hints.get("norm_eps", family_norm_eps(options)),
         options=options,
     )
-    pos = _need(shapes, "pos_embed", "position embedding", sources)
-    if len(pos) != 3 or pos[0] != 1 or pos[2] != embed_dim:
-        raise _no_variant(f"position embedding is {pos}, expected (1, tokens, {embed_dim})")
-    arch.grid = _grid(
-        pos[1] - arch.pos_prefix_tokens, hints.get("img_size"), patch_size, arch.pos_prefix_tokens, pos[1]
-    )
+    if options.get("pos_embed") == "none":  # rotary position: any size runs; the size is the config's or the family's
+        size = to_2tuple(hints.get("img_size") or family_img_size(options), "img_size")
+        arch.grid = (size[0] // patch_size, size[1] // patch_size)
+    else:
+        pos = _need(shapes, "pos_embed", "position embedding", sources)
+        if len(pos) != 3 or pos[0] != 1 or pos[2] != embed_dim:
+            raise _no_variant(f"position embedding is {pos}, expected (1, tokens, {embed_dim})")
+        arch.grid = _grid(
+            pos[1] - arch.pos_prefix_tokens, hints.get("img_size"), patch_size, arch.pos_prefix_tokens, pos[1]
+        )
     if "pre_logits.fc.weight" in shapes:
         rep_shape = shapes["pre_logits.fc.weight"]
         if len(rep_shape) != 2 or rep_shape[1] != embed_dim:
@@ -113,10 +124,22 @@ def infer_arch(
     if int(embed_dim * arch.mlp_ratio) != arch.mlp_hidden:
         raise _no_variant(f"MLP width {arch.mlp_hidden} is not a ratio of embed_dim {embed_dim} the model rebuilds")
     recorded = set(hints) if recorded is None else recorded
+    if swiglu:  # the gate's SiLU is part of SwiGLU (its names say it), not an activation to choose
+        recorded = recorded | {"act_layer"}
     for fact, value in (("act_layer", options.get("act_layer") or "gelu"), ("norm_eps", arch.norm_eps)):
         if fact not in recorded:
             arch.assumed[fact] = value
     return arch
+
+
+def family_norm_eps(options: Mapping[str, Any]) -> float:
+    """The LayerNorm eps a family's models use when nothing records it: DINOv3's 1e-5, else timm's ViT's 1e-6."""
+    return float(DINOV3_ARGS["norm_eps"]) if options.get("rope_type") == "dinov3" else DEFAULT_NORM_EPS
+
+
+def family_img_size(options: Mapping[str, Any]) -> int:
+    """The input size of a model without a position table (its variants' size; any size runs)."""
+    return int(DINOV3_ARGS["img_size"]) if options.get("rope_type") == "dinov3" else int(DEFAULTS["img_size"])
 
 
 def _grid(num_patches: int, img_size: Any, patch_size: int, prefix: int, tokens: int) -> tuple[int, int]:
@@ -152,13 +175,25 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+#: options that set a model family apart (a DINOv3 checkpoint becomes a DINOv3 variant, a classic one a classic)
+FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed")
+#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases)
+VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias")
+
+
+def _differs(spec: Mapping[str, Any], arch: Arch, options: tuple[str, ...]) -> int:
+    return sum(arch.options.get(k, DEFAULTS[k]) != spec.get(k, DEFAULTS[k]) for k in options)
+
+
 def _distance(name: str, arch: Arch) -> tuple[int, ...]:
     spec = variant_args(name)
     return (
+        _differs(spec, arch, FAMILY_OPTIONS),
         spec["embed_dim"] != arch.embed_dim,
         spec["patch_size"] != arch.patch_size,
         abs(spec["depth"] - arch.depth),
         (spec.get("representation_size") or 0) != (arch.representation_size or 0),
+        _differs(spec, arch, VARIANT_OPTIONS),
         abs(spec["embed_dim"] - arch.embed_dim),
     )
 
@@ -193,6 +228,17 @@ def choose_variant(arch: Arch, requested: str | None = None) -> str:
             )
         return requested
     return closest
+
+
+def settle_mlp(arch: Arch, name: str) -> None:
+    """A SwiGLU's width is ``embed_dim x mlp_ratio`` rounded up to ``swiglu_align_to``: the variant's, unless that
+    rounding would not give the checkpoint's width (then none, and the width is exact). Recorded in ``options``
+    either way, for the reference model (timm's Eva packs its SwiGLU differently without an alignment)."""
+    if not arch.options.get("swiglu_mlp"):
+        return
+    align = int(variant_args(name).get("swiglu_align_to") or 0)
+    width = int(arch.embed_dim * arch.mlp_ratio)
+    arch.options["swiglu_align_to"] = align if align and width + (-width % align) == arch.mlp_hidden else 0
 
 
 def settle_heads(arch: Arch, name: str, requested: int | None = None) -> None:

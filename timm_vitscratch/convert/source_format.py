@@ -16,6 +16,7 @@ from ..layouts.layout import Layout
 from ..models.architecture import Arch
 
 if TYPE_CHECKING:  # timm's models are imported where a reference is built, not when this module loads
+    from timm.models.eva import Eva
     from timm.models.vision_transformer import VisionTransformer
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
@@ -48,7 +49,7 @@ def classifier_input(model: nn.Module, classifiers: list[nn.Module], forward: Fo
     return features
 
 
-def timm_reference(model: VisionTransformer, description: str) -> Reference:
+def timm_reference(model: VisionTransformer | Eva, description: str) -> Reference:
     """A timm model's reference: its own ``forward_head(pre_logits=True)`` and logits."""
 
     def features(x: torch.Tensor) -> torch.Tensor:
@@ -99,8 +100,16 @@ class SourceFormat(Layout):
         raise NotImplementedError
 
     # --- export -------------------------------------------------------------------------------------
+    #: the export writes a model directory (config.json + model.safetensors) rather than one file
+    export_directory = False
+
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         raise ConversionError(f"export to {self.name} is not supported")
+
+    def export_config(self, arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
+        """For a directory export: the config (an object with ``save_pretrained(directory)``) for a model of these
+        constructor ``args``, and notes; raises ConversionError for what the target cannot hold."""
+        raise ConversionError(f"export to {self.name} writes no model directory")
 
 
 def round_parameters(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:

@@ -24,6 +24,7 @@ from ..layouts.timm import TimmLayout
 from ..models.architecture import Arch
 from ..models.model_args import DEFAULTS, check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
+from .dinov3 import dinov3_options, has_eva_names, timm_eva
 from .source_format import (
     M,
     Reference,
@@ -112,7 +113,8 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> dict[str, 
         ) from None
     try:
         block = model.blocks[0]
-        heads, act, eps = int(block.attn.num_heads), block.mlp.act, float(block.norm1.eps)
+        heads, eps = int(block.attn.num_heads), float(block.norm1.eps)
+        act = None if hasattr(block.mlp, "fc1_g") else block.mlp.act  # SwiGLU's SiLU is part of it, not a choice
         depth, width = len(model.blocks), int(model.embed_dim)
     except (AttributeError, IndexError, TypeError):
         raise ConversionError(
@@ -120,7 +122,7 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> dict[str, 
         ) from None
     facts.update(num_heads=heads, norm_eps=eps, depth=depth, embed_dim=width)
     if not isinstance(kwargs.get("act_layer"), str):  # the architecture's own activation, named back
-        facts["act_layer"] = _act_name(act)
+        facts["act_layer"] = None if act is None else _act_name(act)
     return facts
 
 
@@ -129,6 +131,8 @@ class TimmFormat(TimmLayout, SourceFormat):
     export_suffixes = (".safetensors", ".pth", ".pt", ".bin")
 
     def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+        if has_eva_names(shapes):  # timm's Eva DINOv3 (gamma_1, q_bias, fc1_g): the DINOv3 family
+            return dinov3_options(shapes)
         found: dict[str, Any] = {}
         if "reg_token" in shapes:
             found["reg_tokens"] = shapes["reg_token"][1]
@@ -202,6 +206,11 @@ class TimmFormat(TimmLayout, SourceFormat):
         from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
         arch = spec.arch
+        if arch.options.get("rope_type") == "dinov3":  # timm builds DINOv3 with its Eva; the names are the same
+            eva = timm_eva(spec)
+            eva.load_state_dict(checkpoint.state_dict(), strict=True)
+            round_parameters(eva.eval(), spec.round_to)
+            return timm_reference(eva, "timm's Eva")
         cls = VisionTransformerDistilled if arch.distilled else VisionTransformer
         model = timm_vit(cls, spec, **timm_options(arch))
         state_dict = checkpoint.state_dict()

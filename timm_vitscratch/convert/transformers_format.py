@@ -4,9 +4,7 @@ transformers itself, and the processor's preprocessing."""
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +14,21 @@ from safetensors.torch import save_file
 from ..choices import MAX_EMBED_DIM, MAX_MLP_RATIO
 from ..errors import ConversionError, ModelArgsError
 from ..layouts.checkpoint import Checkpoint
+from ..layouts.keymap import KeyMap
 from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
+from ..layouts.transformers_dinov3 import dinov3_export_map, is_dinov3
+from ..models.architecture import Arch
 from ..models.layers import to_2tuple
 from ..models.model_args import check_option
+from .dinov3 import dinov3_options, has_eva_names
 from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
+from .transformers_dinov3 import (
+    dinov3_export_config,
+    dinov3_hints,
+    dinov3_recorded,
+    dinov3_reference,
+    quiet_transformers,
+)
 
 #: transformers' own ViTConfig default; a bare state dict without config.json was made with it
 TRANSFORMERS_NORM_EPS = 1e-12
@@ -42,8 +51,14 @@ WHERE = "config.json beside the weights"
 
 class TransformersFormat(TransformersLayout, SourceFormat):
     reference_name = "transformers' model"
+    export_directory = True  # DINOv3ViTModel: config.json + model.safetensors, for AutoModel.from_pretrained
+
+    def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+        return dinov3_options(shapes) if has_eva_names(shapes) else {}
 
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
+        if is_dinov3(keys):
+            return dinov3_hints(checkpoint, keys, self.depth(keys))
         config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
         if config.get("hidden_act", "gelu") != "gelu" or config.get("pooler_act", "tanh") != "tanh":
             raise ConversionError(
@@ -64,6 +79,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         return hints
 
     def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
+        if is_dinov3(set(checkpoint.keys())):
+            return dinov3_recorded(checkpoint, hints)
         # with a config.json, activation and eps are its own (or ViTConfig's defaults, which transformers builds);
         # without one, even the eps hint is only transformers' default, assumed
         if "model_type" not in checkpoint.side_config:
@@ -83,6 +100,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         import transformers
 
         keys = set(checkpoint.keys())
+        if is_dinov3(keys):
+            return dinov3_reference(checkpoint, spec)
         arch = spec.arch
         prefix = model_prefix(keys)
         cls: type[transformers.PreTrainedModel]
@@ -93,7 +112,7 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         else:
             cls = transformers.DeiTModel if arch.distilled else transformers.ViTModel
             output = "pooler" if arch.representation_size else ("tokens" if arch.distilled else "cls")
-        with _quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
+        with quiet_transformers(), tempfile.TemporaryDirectory() as tmp:
             config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
             self._write_config(Path(tmp), arch, prefix, checked_fields(config, checkpoint.path))
             # the names as stored in the file: transformers applies its own renaming for the old ones
@@ -123,6 +142,13 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             getattr(model, n) for n in ("classifier", "cls_classifier", "distillation_classifier") if hasattr(model, n)
         ]
         return Reference(classifier_input(model, heads, forward), forward, description)
+
+    # --- export: DINOv3 only (a DINOv3ViTModel directory) ---------------------------------------------------
+    def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
+        return dinov3_export_map(arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys)
+
+    def export_config(self, arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
+        return dinov3_export_config(arch, args)
 
     @staticmethod
     def _write_config(directory: Path, arch: Any, prefix: str, stated: dict[str, Any]) -> None:
@@ -240,21 +266,6 @@ def check_fields_against_weights(
 
 def _shape(checkpoint: Checkpoint, keys: set[str], key: str) -> tuple[int, ...] | None:
     return tuple(checkpoint.shape(key)) if key in keys else None
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    from transformers.utils import logging
-
-    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
 
 
 #: what conversion reads and writes of source transformers (registered by that name in timm_vitscratch.choices.SOURCES)

@@ -25,6 +25,15 @@ def concat_rows(*tensors: torch.Tensor) -> torch.Tensor:
     return torch.cat(tensors, dim=0)
 
 
+def third(index: int) -> Op:
+    """An op taking the ``index``-th third (rows) of a fused q/k/v weight (3D, D) or bias (3D,): 0 q, 1 k, 2 v."""
+
+    def part(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.chunk(3, dim=0)[index]
+
+    return part
+
+
 def transpose(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.t()
 

@@ -1,4 +1,5 @@
-"""timm ViT / DeiT state dicts: our parameter names are timm's, so the key map is the identity."""
+"""timm ViT / DeiT state dicts, and timm's ``Eva`` DINOv3 (its names are our DINOv3 family's): our parameter
+names are timm's, so the key map is the identity."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, Rule
 from .layout import Layout, Resample
+from .meta_dinov3 import MARKERS as META_DINOV3_MARKERS
 
 #: timm ViT features the scratch ViT has no option for: key pattern -> what the feature is
 UNSUPPORTED_FEATURES = (
@@ -24,7 +26,11 @@ class TimmLayout(Layout):
     resample = Resample("bicubic", antialias=True)  # timm's checkpoint_filter_fn
 
     def detect(self, keys: set[str]) -> bool:
-        return "patch_embed.proj.weight" in keys and any(k.startswith("blocks.") for k in keys)
+        return (
+            "patch_embed.proj.weight" in keys
+            and any(k.startswith("blocks.") for k in keys)
+            and not any(marker in keys for marker in META_DINOV3_MARKERS)  # Meta's DINOv3 names: source meta_dinov3
+        )
 
     def key_map(self, keys: set[str], depth: int) -> KeyMap:
         return {key: Rule.rename(key) for key in keys}

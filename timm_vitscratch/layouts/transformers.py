@@ -1,4 +1,5 @@
-"""Hugging Face transformers ``ViTForImageClassification`` / ``ViTModel`` / ``DeiTForImageClassificationWithTeacher``.
+"""Hugging Face transformers ``ViTForImageClassification`` / ``ViTModel`` / ``DeiTForImageClassificationWithTeacher``,
+and ``DINOv3ViTModel`` (its key map is :mod:`timm_vitscratch.layouts.transformers_dinov3`).
 
 Two namings are read. Checkpoints on the Hub store the original names
 (``vit.encoder.layer.N.attention.attention.query``, ``attention.output.dense``,
@@ -14,6 +15,7 @@ from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
 from .layout import Layout, Resample
+from .transformers_dinov3 import dinov3_ignorable_keys, dinov3_key_map, is_dinov3
 
 PREFIXES = ("vit.", "deit.", "")
 LEGACY_BLOCK = dict(
@@ -43,17 +45,21 @@ def is_legacy(keys: set[str], prefix: str) -> bool:
 class TransformersLayout(Layout):
     name = "transformers"
     library = "Hugging Face transformers"
-    block_pattern = r"^(?:vit\.|deit\.)?(?:encoder\.layer|layers)\.(\d+)\."
+    # ViT: (vit.|deit.)encoder.layer.N / layers.N; DINOv3ViTModel: layer.N / model.layer.N
+    block_pattern = r"^(?:vit\.|deit\.|model\.)?(?:encoder\.layer|layers|layer)\.(\d+)\."
     example_keys = (
         "vit.embeddings.patch_embeddings.projection.weight",
         "vit.encoder.layer.0.attention.attention.query.weight (or vit.layers.0.attention.q_proj.weight)",
+        "embeddings.patch_embeddings.weight and layer.0.layer_scale1.lambda1 (DINOv3ViTModel)",
     )
     resample = Resample("bicubic", antialias=False)  # ViTEmbeddings.interpolate_pos_encoding
 
     def detect(self, keys: set[str]) -> bool:
-        return any(f"{p}embeddings.patch_embeddings.projection.weight" in keys for p in PREFIXES)
+        return is_dinov3(keys) or any(f"{p}embeddings.patch_embeddings.projection.weight" in keys for p in PREFIXES)
 
     def key_map(self, keys: set[str], depth: int) -> KeyMap:
+        if is_dinov3(keys):
+            return dinov3_key_map(keys, depth)
         prefix = model_prefix(keys)
         names = LEGACY_BLOCK if is_legacy(keys, prefix) else CURRENT_BLOCK
         layer = f"{prefix}encoder.layer.{{}}." if names is LEGACY_BLOCK else f"{prefix}layers.{{}}."
@@ -83,6 +89,8 @@ class TransformersLayout(Layout):
 
     def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
         keys = set(checkpoint.keys())
+        if is_dinov3(keys):
+            return dinov3_ignorable_keys(checkpoint)
         prefix = model_prefix(keys)
         distilled = f"{prefix}embeddings.distillation_token" in keys
         if distilled and "classifier.weight" in keys:

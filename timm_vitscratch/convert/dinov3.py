@@ -1,0 +1,100 @@
+"""What every DINOv3 source shares: the model options its shapes give, and timm's ``Eva`` as the reference.
+
+The three DINOv3 sources (Meta's files, timm's ``Eva`` state dicts, transformers' ``DINOv3ViTModel``) map onto
+timm's Eva names, which are ours (``eva_names=True``); from there the architecture reads the same way.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConversionError
+from ..models.architecture import Arch
+from ..models.variants import ARCHITECTURES
+from .source_format import ReferenceSpec
+
+if TYPE_CHECKING:
+    from timm.models.eva import Eva
+
+#: the options that make a scratch model DINOv3 (rotary position, registers, Eva's names), as the variants have them
+FAMILY = {
+    k: ARCHITECTURES["scratch_dinov3_s16"][k]
+    for k in ("pos_embed", "rope_type", "rope_temperature", "dynamic_img_size", "global_pool", "fc_norm", "eva_names")
+}
+#: DINOv3's input size and LayerNorm eps (the variants'); a rotary model has no table that tells the size
+IMG_SIZE: int = ARCHITECTURES["scratch_dinov3_s16"]["img_size"]
+NORM_EPS: float = ARCHITECTURES["scratch_dinov3_s16"]["norm_eps"]
+#: our-layout keys only Eva's names have: DINOv3 from timm, or mapped from Meta / transformers
+EVA_KEYS = ("blocks.0.gamma_1", "blocks.0.attn.q_bias", "blocks.0.mlp.fc1_g.weight")
+
+
+def has_eva_names(shapes: dict[str, tuple[int, ...]]) -> bool:
+    return any(key in shapes for key in EVA_KEYS)
+
+
+def dinov3_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The scratch model's options for DINOv3 weights in our (Eva's) names: the family's, and what the shapes say
+    (registers, layer scale, q/v biases, SwiGLU). An Eva model with a position table is not DINOv3."""
+    if "pos_embed" in shapes:
+        raise ConversionError(
+            "these are timm Eva weights with a position table (pos_embed): EVA02 / PE, not DINOv3; the scratch "
+            "models hold DINOv3's Eva (rotary position only)"
+        )
+    options: dict[str, Any] = dict(FAMILY)
+    if "reg_token" in shapes:
+        options["reg_tokens"] = shapes["reg_token"][1]
+    options["init_values"] = (
+        ARCHITECTURES["scratch_dinov3_s16"]["init_values"] if "blocks.0.gamma_1" in shapes else None
+    )
+    options["qkv_bias"] = "blocks.0.attn.q_bias" in shapes
+    if "blocks.0.mlp.fc1_g.weight" in shapes:
+        options["swiglu_mlp"] = True
+    return options
+
+
+# --- the reference: timm's Eva ---------------------------------------------------------------------------------
+#: our option -> timm Eva's argument (the rest below are fixed for DINOv3)
+EVA_ARGS = {
+    "qkv_bias": "qkv_bias",
+    "init_values": "init_values",
+    "rope_temperature": "rope_temperature",
+    "reg_tokens": "num_reg_tokens",
+    "swiglu_mlp": "swiglu_mlp",
+    "swiglu_align_to": "swiglu_align_to",
+    "global_pool": "global_pool",
+    "dynamic_img_size": "dynamic_img_size",
+}
+#: options every DINOv3 model has that Eva spells its own way, or has implicitly
+EVA_IMPLIED = ("pos_embed", "rope_type", "eva_names", "fc_norm")
+
+
+def timm_eva(spec: ReferenceSpec) -> Eva:
+    """timm's ``Eva`` built as DINOv3 for ``spec``'s architecture. Built with its own init (to be loaded next),
+    not on ``meta``: its rotary buffers are computed when it is built and no state dict holds them."""
+    from timm.layers import LayerNorm
+    from timm.models.eva import Eva
+
+    arch: Arch = spec.arch
+    if arch.num_heads is None:
+        raise ConversionError("the head count is unknown: pass --num-heads")
+    unknown = sorted(set(arch.options) - set(EVA_ARGS) - set(EVA_IMPLIED))
+    if unknown:
+        raise ConversionError(f"timm's Eva (the reference) has no DINOv3 option for {', '.join(unknown)}")
+    return Eva(
+        img_size=spec.img_size,
+        patch_size=arch.patch_size,
+        in_chans=arch.in_chans,
+        num_classes=arch.num_classes,
+        embed_dim=arch.embed_dim,
+        depth=arch.depth,
+        num_heads=arch.num_heads,
+        mlp_ratio=arch.mlp_ratio,
+        rope_type="dinov3",
+        rope_rotate_half=True,
+        use_rot_pos_emb=True,
+        use_abs_pos_emb=False,
+        use_fc_norm=False,
+        norm_layer=partial(LayerNorm, eps=arch.norm_eps),
+        **{EVA_ARGS[k]: v for k, v in arch.options.items() if k in EVA_ARGS},
+    )

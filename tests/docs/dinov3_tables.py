@@ -3,13 +3,16 @@
 python -m tests.docs.dinov3_tables tags      # every DINOv3 tag: timm's weights, license, input
 python -m tests.docs.dinov3_tables counts    # true and torchsummary counts, ours next to timm's
 python -m tests.docs.dinov3_tables rotary    # the rotary terms' dtype and error after a cast
+python -m tests.docs.dinov3_tables streaming # the 7B's convert and loads (benchmarks/results/stream-7b*.json)
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import timm
@@ -78,7 +81,46 @@ def rotary() -> str:
     return _table(header, rows, right=4)
 
 
-TABLES = {"tags": tags, "rotary": rotary}
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def streaming() -> str:
+    """The synthetic 7B (benchmarks/stream_7b.py): each step's peak memory above the imports, and its time."""
+    runs = {}
+    for name in ("stream-7b.json", "stream-7b-pretrained.json"):
+        record = json.loads((RESULTS / name).read_text())
+        runs.update(record["7b"] if "7b" in record else {"pretrained": record})
+    checkpoint = runs["checkpoint"]
+    rows = []
+    steps = [
+        ("vitscratch convert", runs["convert"]),
+        ("create_model, local-dir: (converted)", runs["load"]["local-dir"]),
+        ("create_model, pretrained_cfg_overlay file=", runs["pretrained"]["load"]["file"]),
+        ("create_model, tag from the Hub cache", runs["pretrained"]["load"]["tag"]),
+    ]
+    for label, step in steps:
+        child = step.get("child", {})
+        mapped = child.get("memory_mapped_bytes")
+        rows.append(
+            [
+                label,
+                f"{step['peak_above_imports_mb']:,} MB",
+                f"{step['peak_above_imports_over_checkpoint']:.3f}",
+                f"{step['peak_above_imports_over_largest_tensor']:.1f}",
+                "-" if mapped is None else f"{mapped / child['model_bytes']:.0%}",
+                f"{step['wall_seconds']:.0f} s",
+            ]
+        )
+    head = (
+        f"checkpoint: {checkpoint['bytes'] / 1e9:.1f} GB {checkpoint['dtype']}, {checkpoint['tensors']} tensors, "
+        f"{checkpoint['parameters']:,} parameters; largest tensor {checkpoint['largest_tensor']['name']} "
+        f"{checkpoint['largest_tensor']['bytes'] / 1e6:.1f} MB"
+    )
+    header = ["step", "peak above imports", "x checkpoint", "x largest tensor", "memory-mapped", "time"]
+    return head + "\n\n" + _table(header, rows, right=1)
+
+
+TABLES = {"tags": tags, "rotary": rotary, "streaming": streaming}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in TABLES:

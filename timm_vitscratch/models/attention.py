@@ -105,6 +105,13 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
 
+    def reset_parameters(self) -> None:
+        """Eva's separate biases to zero, as timm's ``EvaAttention`` (the key bias is a buffer no checkpoint
+        holds: a model given storage after ``meta`` must zero it; the Linear layers reset themselves)."""
+        for bias in (self.q_bias, self.k_bias, self.v_bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
+
     @property
     def attn_impl(self) -> str:
         """``'sdpa'`` or ``'eager'``: the path ``fused_attn`` selects."""

@@ -76,6 +76,22 @@ def test_fx_feature_extractor_gives_timms_block_outputs() -> None:
         assert max_diff(got[key], expected[key]) <= TOL, key
 
 
+def test_fx_traced_training_step_matches_eager() -> None:
+    """timm's FX backward test skips DINOv3 (its 256 px default is past that test's 224 px limit): here instead."""
+    model = _tiny().train()
+    traced = torch.fx.symbolic_trace(copy.deepcopy(model))
+    x, y = torch.randn(3, 3, 32, 48), torch.randint(0, 5, (3,))
+    eager_loss, traced_loss = F.cross_entropy(model(x), y), F.cross_entropy(traced(x), y)
+    eager_loss.backward()
+    traced_loss.backward()
+    assert abs(eager_loss.item() - traced_loss.item()) <= 1e-6
+    traced_params = dict(traced.named_parameters())
+    assert set(traced_params) == {name for name, _ in model.named_parameters()}
+    for name, param in model.named_parameters():
+        grad = traced_params[name].grad
+        assert grad is not None and torch.allclose(grad, param.grad, atol=1e-6), name
+
+
 @pytest.mark.parametrize("out_indices", [(0, 1), (-1,)])
 def test_features_only_gives_timms_feature_maps(out_indices: tuple[int, ...]) -> None:
     reference, ours = dinov3_pair(TINY_NAME, **TINY_DINOV3)

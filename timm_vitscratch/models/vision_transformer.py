@@ -626,7 +626,9 @@ class VisionTransformer(nn.Module):
         if self.rope is not None:
             rope = with_prefix_rows(self.rope.for_grid(height, width, x.device), self.num_prefix_tokens)
         if self.patch_drop is not None:
-            if rope is not None and self.training and isinstance(self.patch_drop, PatchDropout):
+            # no isinstance here: TorchScript has no type for PatchDropout (a scripted model in training with
+            # rotary position raises in the method TorchScript leaves out)
+            if rope is not None and self.training:
                 x, rope = self._drop_patches_and_rope(x, rope)
             else:
                 x = self.patch_drop(x)
@@ -635,7 +637,9 @@ class VisionTransformer(nn.Module):
     @torch.jit.unused
     def _drop_patches_and_rope(self, x: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Patch dropout that keeps each kept patch's rotary terms: (2, B, 1, kept tokens, head_dim)."""
-        assert isinstance(self.patch_drop, PatchDropout)
+        assert self.patch_drop is not None
+        if not isinstance(self.patch_drop, PatchDropout):  # Identity: every patch kept
+            return self.patch_drop(x), rope
         x, keep = self.patch_drop.forward_with_indices(x)
         if keep is None:
             return x, rope

@@ -23,10 +23,13 @@ OUR_MODELS = {
     "scratch_vit_s16": "vit_tiny_patch16_224",
     "scratch_deit_ti16_distilled": "deit_tiny_distilled_patch16_224",
     **{name: "vit_tiny_patch16_224" for name in OPTION_MODELS},
+    **timm_tests.DINOV3_MODELS,
 }
 #: timm's own ViTs that ours are compared with (timm's DINOv2 ViT-S/14 used to be here too: at 518x518 it is past
-#: the input size timm's tests take, so every test skipped it)
-REFERENCE_MODELS = ["vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224"]
+#: the input size timm's tests take, so every test skipped it); one DINOv3, the control for that family
+REFERENCE_MODELS = ["vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "vit_small_patch16_dinov3"]
+#: the references each of timm's tests must select and pass, run this way (the controls of the run itself)
+CONTROLS = ["vit_tiny_patch16_224", "vit_small_patch16_dinov3"]
 
 
 @dataclass

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.timm_suite import timm_tests
-from tests.timm_suite.conftest import OUR_MODELS
+from tests.timm_suite.conftest import CONTROLS, OUR_MODELS
 
 STOPPED = "was stopped at its time limit of 2 s (set by TIMM_SUITE_TIMEOUT), after "
 
@@ -26,11 +26,9 @@ def test_a_stopped_suite_fails_one_test_with_one_line_and_reports_the_rest_not_r
         text=True,
     )
     output = done.stdout + done.stderr
-    # every test that reads the run's outcomes: ours, and the control on timm's own ViT-Ti/16
+    # every test that reads the run's outcomes: ours, and the controls on timm's own ViT-Ti/16 and DINOv3
     waiting = sum(
-        timm_tests.selected(test, model)
-        for test in timm_tests.PER_MODEL_TESTS
-        for model in [*OUR_MODELS, "vit_tiny_patch16_224"]
+        timm_tests.selected(test, model) for test in timm_tests.PER_MODEL_TESTS for model in [*OUR_MODELS, *CONTROLS]
     )
     assert done.returncode == 1, output
     assert f"1 failed, 1 passed, {waiting - 1} skipped" in output, output

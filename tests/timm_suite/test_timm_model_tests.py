@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.timm_suite import timm_tests
-from tests.timm_suite.conftest import OUR_MODELS, SuiteRun
+from tests.timm_suite.conftest import CONTROLS, OUR_MODELS, SuiteRun
 
 pytestmark = pytest.mark.slow  # timm's own model tests, in a child pytest
 
@@ -34,14 +34,13 @@ def test_timm_model_test_passes(
 
 
 @pytest.mark.parametrize(
-    "test", [test for test in timm_tests.PER_MODEL_TESTS if timm_tests.selected(test, "vit_tiny_patch16_224")]
+    ("test", "model"),
+    [(test, model) for model in CONTROLS for test in timm_tests.PER_MODEL_TESTS if timm_tests.selected(test, model)],
 )
-def test_timm_own_vit_passes(timm_suite_run: SuiteRun, request: pytest.FixtureRequest, test: str) -> None:
-    """The control: run this way, timm's tests select and pass timm's own ViT-Ti/16."""
+def test_timm_own_vit_passes(timm_suite_run: SuiteRun, request: pytest.FixtureRequest, test: str, model: str) -> None:
+    """The controls: run this way, timm's tests select and pass timm's own ViT-Ti/16 and DINOv3 ViT-S/16."""
     outcomes = timm_suite_run.outcomes(request.node.nodeid)
-    assert timm_tests.summary(outcomes, test, "vit_tiny_patch16_224") == "passed", outcomes.get(
-        (test, "vit_tiny_patch16_224")
-    )
+    assert timm_tests.summary(outcomes, test, model) == "passed", outcomes.get((test, model))
 
 
 def test_patch_fails_loudly_when_timm_changes_its_file():

@@ -20,6 +20,7 @@ values return to the queries' dtype.
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -35,14 +36,12 @@ def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
 
 
 def with_prefix_rows(rope: torch.Tensor, prefix: int) -> torch.Tensor:
-    """Terms (2, ..., N, D) with ``prefix`` identity rows (sine 0, cosine 1) in front of the N."""
+    """Terms (2, ..., N, D) with ``prefix`` identity rows (sine 0, cosine 1) in front of the N.
+
+    Padded rather than built from ``rope.shape``, so that FX tracing (timm's feature extractors) follows it."""
     if prefix == 0:
         return rope
-    shape = list(rope.shape)
-    shape[-2] = prefix
-    identity = torch.zeros(shape, dtype=rope.dtype, device=rope.device)
-    identity[1] = 1.0
-    return torch.cat([identity, rope], dim=-2)
+    return torch.stack([F.pad(rope[0], (0, 0, prefix, 0)), F.pad(rope[1], (0, 0, prefix, 0), value=1.0)])
 
 
 class DinoV3Rotary(nn.Module):

@@ -4,6 +4,7 @@ python -m tests.docs.dinov3_tables tags      # every DINOv3 tag: timm's weights,
 python -m tests.docs.dinov3_tables counts    # true and torchsummary counts, ours next to timm's
 python -m tests.docs.dinov3_tables rotary    # the rotary terms' dtype and error after a cast
 python -m tests.docs.dinov3_tables streaming # the 7B's convert and loads (benchmarks/results/stream-7b*.json)
+python -m tests.docs.dinov3_tables drift     # how far a bf16 cast moves the output, ours and timm's
 """
 
 from __future__ import annotations
@@ -81,6 +82,27 @@ def rotary() -> str:
     return _table(header, rows, right=4)
 
 
+def drift() -> str:
+    """S/16 with the same (perturbed) weights in ours and timm's Eva, cast to bfloat16: the features' distance
+    from each model's own float32 features, at 224 px, and the two bfloat16 outputs' distance from each other."""
+    from tests.support.dinov3_pairs import dinov3_pair
+
+    torch.manual_seed(0)
+    reference, ours = dinov3_pair("scratch_dinov3_s16")
+    x = torch.randn(4, 3, 224, 224)
+    rows = []
+    with torch.no_grad():
+        full = {"ours": ours.forward_features(x), "timm": reference.forward_features(x)}
+        half = {}
+        for who, model in (("ours", ours), ("timm", reference)):
+            half[who] = model.to(torch.bfloat16).forward_features(x.bfloat16()).float()
+            error = (half[who] - full[who]).abs()
+            rows.append([who, f"{error.max().item():.4f}", f"{error.mean().item():.5f}"])
+    gap = (half["ours"] - half["timm"]).abs().max().item()
+    table = _table(["model", "max |bf16 - fp32|", "mean |bf16 - fp32|"], rows, right=1)
+    return table + f"\n\nours in bfloat16 against timm's in bfloat16: max |difference| {gap:.1e}"
+
+
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
@@ -120,7 +142,7 @@ def streaming() -> str:
     return head + "\n\n" + _table(header, rows, right=1)
 
 
-TABLES = {"tags": tags, "rotary": rotary, "streaming": streaming}
+TABLES = {"tags": tags, "rotary": rotary, "streaming": streaming, "drift": drift}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in TABLES:

@@ -18,12 +18,17 @@ def test_summary_explains_both_counts(capsys):
 
 
 @pytest.mark.slow  # every variant built and counted
-def test_list_has_every_variant_and_torchvision_agrees(capsys):
+def test_list_has_every_variant_and_the_reference_models_agree(capsys):
+    from timm_vitscratch.models.variants import ARCHITECTURES
+
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "86,567,656 (vit_b_16)" in out and "632,045,800 (vit_h_14)" in out
-    assert " NO" not in out
-    assert out.count("scratch_") == 15
+    assert "86,567,656 (torchvision vit_b_16)" in out and "632,045,800 (torchvision vit_h_14)" in out
+    assert "6,716,030,976 (timm vit_7b_patch16_dinov3)" in out
+    rows = [line for line in out.splitlines() if line.startswith("scratch_")]
+    assert [row.split()[0] for row in rows] == list(ARCHITECTURES) and len(rows) == 27
+    # every reference agrees; DeiT distilled has none (torchvision has no distilled ViT)
+    assert all(row.endswith(" yes") or "_distilled" in row for row in rows)
 
 
 @pytest.mark.slow  # the CLI in a process

@@ -134,11 +134,11 @@ def hf_diff(hf: nn.Module, ours: nn.Module, size: tuple[int, int]) -> float:
 def test_meta_checkpoint_converts_to_the_variant_and_equals_timm_eva(tmp_path, timm_name, zero_biases, expected):
     source = timm_dinov3(timm_name, zero_biases)
     torch.save(meta_state_dict(source), tmp_path / "dinov3.pth")
-    result = convert(tmp_path / "dinov3.pth", tmp_path / "out", verify=True)
+    result = convert(tmp_path / "dinov3.pth", tmp_path / "out", verify=True, strict=True)
     assert (result.source_format, result.detected, result.model_name) == ("meta_dinov3", True, expected)
     assert result.model_args == {"num_classes": 0, "depth": DEPTH}  # everything else is the variant's own
     assert result.verification.passed and result.verification.max_abs_diff <= TOL
-    assert result.assumed == {"norm_eps": 1e-5}  # heads come from the rotary periods; the eps is DINOv3's, said
+    assert result.assumed == {}  # heads come from the rotary periods, the eps (1e-5) is every Meta DINOv3 ViT's
     ours = ours_from(tmp_path / "out")
     for size in SIZES:
         diff = features_diff(ours, source, size)

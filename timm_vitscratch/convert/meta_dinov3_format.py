@@ -2,7 +2,8 @@
 
 A Meta file records no config. The head width comes from the rotary's stored periods (``rope_embed.periods``,
 ``head_dim / 4`` of them), the activation from the MLP's names (``fc1``/``fc2`` GELU, ``w1``/``w2``/``w3``
-SwiGLU); the LayerNorm eps is DINOv3's 1e-5, assumed (and said). ``--verify`` builds timm's ``Eva`` and loads the
+SwiGLU); the LayerNorm eps is the layout's own: every DINOv3 ViT Meta released builds its norms as
+``layernormbf16`` (eps 1e-5, in ``dinov3/hub/backbones.py``). ``--verify`` builds timm's ``Eva`` and loads the
 file through timm's own DINOv3 importer (``timm.models.eva.checkpoint_filter_fn``): an independent reading.
 The converted directory records the DINOv3 License, under which Meta publishes these weights, and carries its text.
 """
@@ -44,8 +45,9 @@ class MetaDinov3Format(MetaDinov3Layout, SourceFormat):
         return {"license": LICENSE}
 
     def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
-        # the MLP's names fix its activation (Meta's "mlp" is exact GELU); heads come from the periods
-        return {"act_layer"} | ({"num_heads"} & set(hints))
+        # the MLP's names fix its activation (Meta's "mlp" is exact GELU), Meta's released ViTs all their norms'
+        # eps (1e-5); heads come from the periods
+        return {"act_layer", "norm_eps"} | ({"num_heads"} & set(hints))
 
     def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
         from timm.models.eva import checkpoint_filter_fn

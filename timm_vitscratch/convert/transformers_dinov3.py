@@ -25,8 +25,8 @@ from ..models.model_args import check_option
 from .source_format import Reference, ReferenceSpec, round_parameters
 
 WHERE = "config.json beside the weights"
-#: DINOv3ViTConfig's fields -> the model option whose bounds each keeps
-BOUNDED_FIELDS = {
+#: the fields transformers' ViT configs share (ViTConfig, DINOv3ViTConfig) -> the model option whose bounds each keeps
+VIT_CONFIG_FIELDS = {
     "num_hidden_layers": "depth",
     "hidden_size": "embed_dim",
     "num_attention_heads": "num_heads",
@@ -34,9 +34,9 @@ BOUNDED_FIELDS = {
     "patch_size": "patch_size",
     "num_channels": "in_chans",
     "layer_norm_eps": "norm_eps",
-    "num_register_tokens": "reg_tokens",
-    "rope_theta": "rope_temperature",
 }
+#: DINOv3ViTConfig's fields -> the model option whose bounds each keeps
+BOUNDED_FIELDS = {**VIT_CONFIG_FIELDS, "num_register_tokens": "reg_tokens", "rope_theta": "rope_temperature"}
 #: the gated-MLP flag, as DINOv3ViTConfig spells it and as DINOv2's config (and some DINOv3 ports) spell it
 GATED_FLAGS = ("use_gated_mlp", "use_swiglu_ffn")
 #: DINOv3ViTConfig's own defaults, which a bare state dict without config.json was made with

@@ -23,6 +23,7 @@ from ..models.model_args import check_option
 from .dinov3 import dinov3_options, has_eva_names
 from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
 from .transformers_dinov3 import (
+    VIT_CONFIG_FIELDS,
     dinov3_export_config,
     dinov3_hints,
     dinov3_recorded,
@@ -35,17 +36,7 @@ TRANSFORMERS_NORM_EPS = 1e-12
 
 
 #: config.json fields -> the model option whose bounds each keeps (models/model_args.py)
-BOUNDED_FIELDS = {
-    "num_hidden_layers": "depth",
-    "hidden_size": "embed_dim",
-    "num_attention_heads": "num_heads",
-    "image_size": "img_size",
-    "patch_size": "patch_size",
-    "num_channels": "in_chans",
-    "layer_norm_eps": "norm_eps",
-    "pooler_output_size": "representation_size",
-    "num_labels": "num_classes",
-}
+BOUNDED_FIELDS = {**VIT_CONFIG_FIELDS, "pooler_output_size": "representation_size", "num_labels": "num_classes"}
 WHERE = "config.json beside the weights"
 
 

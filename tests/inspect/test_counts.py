@@ -24,9 +24,9 @@ from timm_vitscratch.inspect.counts import (
 )
 from timm_vitscratch.inspect.render import zoo_table
 from timm_vitscratch.models.build import build_on_meta
-from timm_vitscratch.models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES
+from timm_vitscratch.models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES, TIMM_NAMES
 
-CLASSIC = sorted(n for n in ARCHITECTURES if n not in DINOV3_TIMM_NAMES)
+CLASSIC = sorted(n for n in ARCHITECTURES if n not in TIMM_NAMES)
 
 TORCHVISION_TRUE_COUNTS_1000 = {
     "scratch_vit_b16": ("vit_b_16", 86_567_656),
@@ -123,25 +123,26 @@ def test_analytic_count_and_breakdown(name, num_classes):
         assert block == block_param_formula(h) == 12 * h**2 + 13 * h
 
 
-@pytest.mark.parametrize("name", sorted(DINOV3_TIMM_NAMES))
+@pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 @pytest.mark.parametrize("num_classes", [None, 1000])
-def test_dinov3_counts_equal_timm_eva_on_meta(name, num_classes):
-    """True and torchsummary counts of each DINOv3 variant against timm's model of the same name, built on meta."""
+def test_family_counts_equal_timm_on_meta(name, num_classes):
+    """True and torchsummary counts of each DINOv2 / DINOv3 / SigLIP variant against timm's model of the same
+    architecture, built on meta."""
     ours = build_on_meta(name, **({} if num_classes is None else dict(num_classes=num_classes)))
     theirs = timm_reference(name, ours.num_classes)
     assert [(n, p.shape) for n, p in ours.named_parameters()] == [(n, p.shape) for n, p in theirs.named_parameters()]
     assert true_param_count(ours) == true_param_count(theirs)
-    assert reference_param_count(name, ours.num_classes) == (f"timm {DINOV3_TIMM_NAMES[name]}", true_param_count(ours))
+    assert reference_param_count(name, ours.num_classes) == (f"timm {TIMM_NAMES[name]}", true_param_count(ours))
     # the same rule over timm's modules: its Eva hides the same parameters from torchsummary
     assert hidden_parameters(ours) == hidden_parameters(theirs)
     assert leaf_module_param_count(ours) == leaf_module_param_count(theirs)
     assert torchvision_reference(name) is None
 
 
-def test_zoo_table_sets_each_dinov3_variant_beside_timm():
+def test_zoo_table_sets_each_family_variant_beside_timm():
     rows = {line.split()[0]: line for line in zoo_table().splitlines()[2:]}
     assert len(rows) == len(ARCHITECTURES)
-    for name, timm_name in DINOV3_TIMM_NAMES.items():
+    for name, timm_name in TIMM_NAMES.items():
         model = build_on_meta(name)
         cells = rows[name].split()
         true_count, leaf = true_param_count(model), leaf_module_param_count(model)

@@ -21,7 +21,7 @@ from torch import nn
 from ..models import Block
 from ..models.layers import LayerScale
 from ..models.model_args import true_param_count  # the one count; the size bound counts a meta model with it
-from ..models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES
+from ..models.variants import ARCHITECTURES, TIMM_NAMES
 
 #: torchvision builders with the same architecture as a registered variant.
 TORCHVISION_EQUIVALENTS = {
@@ -169,19 +169,26 @@ def analytic_param_count(
     swiglu_mlp: bool = False,
     swiglu_align_to: int = 0,
     mlp_hidden: int | None = None,
+    class_token: bool = True,
+    no_embed_class: bool = False,
+    global_pool: str = "token",
     **_: Any,
 ) -> int:
     """The true count from the architecture alone (the keyword arguments of ``ARCHITECTURES``): patch projection,
     class/distillation/register tokens, a learned position table (none for ``pos_embed`` 'none' or 'sincos',
     rotary position has no parameters), the blocks (:func:`block_part_formulas`), final norm, representation, head(s).
     ``mlp_hidden`` gives the MLP width outright (else ``mlp_ratio`` and the SwiGLU alignment give it).
+    ``global_pool='map'`` adds the attention pool (SigLIP): a latent query, q / kv / output projections, a norm, an MLP.
     """
-    prefix = 2 if distilled else 1
+    prefix = int(class_token) + int(distilled)
     patches = (img_size // patch_size) ** 2
     count = patch_size**2 * in_chans * embed_dim + embed_dim  # patch projection
     count += (prefix + reg_tokens) * embed_dim  # tokens
-    if pos_embed == "learn":
-        count += (patches + prefix + reg_tokens) * embed_dim  # a row per patch and per prefix token
+    if pos_embed == "learn":  # a row per patch, and per prefix token unless they have none (no_embed_class)
+        count += (patches + (0 if no_embed_class else prefix + reg_tokens)) * embed_dim
+    if global_pool == "map":
+        pool_hidden = int(embed_dim * mlp_ratio)
+        count += 4 * embed_dim**2 + 2 * embed_dim * pool_hidden + pool_hidden + 8 * embed_dim
     shape = dict(
         mlp_hidden=mlp_hidden or mlp_hidden_width(embed_dim, mlp_ratio, swiglu_mlp, swiglu_align_to),
         mlp_matrices=3 if swiglu_mlp else 2,
@@ -232,13 +239,14 @@ def param_breakdown(model: nn.Module) -> dict[str, int]:
 
 
 def torchvision_reference(model_name: str, num_classes: int | None = None, device: Any = "meta") -> nn.Module | None:
-    """torchvision's model of the same architecture (on ``meta`` by default), or None (DeiT and DINOv3 have none).
+    """torchvision's model of the same architecture (on ``meta`` by default), or None (DeiT, DINOv2 / v3 and SigLIP
+    have none).
 
     Uses torchvision's named builder (``vit_b_16`` ...) where one exists, else its generic
     ``VisionTransformer`` class (ViT-Ti/S). The benchmarks build their torchvision contestant here.
     """
     arch = ARCHITECTURES[model_name]
-    if arch.get("distilled") or model_name in DINOV3_TIMM_NAMES:
+    if arch.get("distilled") or model_name in TIMM_NAMES:
         return None
     import torchvision
 
@@ -269,9 +277,10 @@ def torchvision_param_count(model_name: str, num_classes: int | None = None) -> 
 
 
 def timm_reference(model_name: str, num_classes: int, device: Any = "meta") -> nn.Module | None:
-    """timm's own model of the same architecture (``DINOV3_TIMM_NAMES``: its ``Eva``), on ``meta`` by default,
+    """timm's own model of the same architecture (``TIMM_NAMES``: its ``Eva`` for DINOv3, its ``VisionTransformer``
+    under another name for DINOv2 and SigLIP), on ``meta`` by default,
     with ``num_classes`` classes; None for a variant without one there."""
-    timm_name = DINOV3_TIMM_NAMES.get(model_name)
+    timm_name = TIMM_NAMES.get(model_name)
     if timm_name is None:
         return None
     import timm
@@ -282,10 +291,11 @@ def timm_reference(model_name: str, num_classes: int, device: Any = "meta") -> n
 
 def reference_param_count(model_name: str, num_classes: int) -> tuple[str, int] | None:
     """The library and model a variant's count is set beside, and that model's true count at ``num_classes``:
-    torchvision's for the classic ViT, timm's for DINOv3; None where neither has the architecture (DeiT)."""
-    if model_name in DINOV3_TIMM_NAMES:
+    torchvision's for the classic ViT, timm's for DINOv2 / v3 and SigLIP; None where neither has the architecture
+    (DeiT)."""
+    if model_name in TIMM_NAMES:
         reference = timm_reference(model_name, num_classes)
-        return None if reference is None else (f"timm {DINOV3_TIMM_NAMES[model_name]}", true_param_count(reference))
+        return None if reference is None else (f"timm {TIMM_NAMES[model_name]}", true_param_count(reference))
     count = torchvision_param_count(model_name, num_classes)
     label = f"torchvision {TORCHVISION_EQUIVALENTS.get(model_name, 'VisionTransformer')}"
     return None if count is None else (label, count)

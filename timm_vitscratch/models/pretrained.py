@@ -75,6 +75,33 @@ TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_dinov3_t16_qkvb.eupe_lvd1689m": "vit_tiny_patch16_dinov3_qkvb.eupe_lvd1689m",
     "scratch_dinov3_s16_qkvb.eupe_lvd1689m": "vit_small_patch16_dinov3_qkvb.eupe_lvd1689m",
     "scratch_dinov3_b16_qkvb.eupe_lvd1689m": "vit_base_patch16_dinov3_qkvb.eupe_lvd1689m",
+    # DINOv2, with and without registers (Meta's weights, Apache-2.0)
+    "scratch_dinov2_s14.lvd142m": "vit_small_patch14_dinov2.lvd142m",
+    "scratch_dinov2_s14_reg4.lvd142m": "vit_small_patch14_reg4_dinov2.lvd142m",
+    "scratch_dinov2_b14.lvd142m": "vit_base_patch14_dinov2.lvd142m",
+    "scratch_dinov2_b14_reg4.lvd142m": "vit_base_patch14_reg4_dinov2.lvd142m",
+    "scratch_dinov2_l14.lvd142m": "vit_large_patch14_dinov2.lvd142m",
+    "scratch_dinov2_l14_reg4.lvd142m": "vit_large_patch14_reg4_dinov2.lvd142m",
+    # SigLIP (webli) and SigLIP 2 (v2_webli) image towers (Google's big_vision weights, Apache-2.0)
+    "scratch_siglip_b16.v2_webli": "vit_base_patch16_siglip_224.v2_webli",
+    "scratch_siglip_b16.webli": "vit_base_patch16_siglip_224.webli",
+    "scratch_siglip_b16_256.v2_webli": "vit_base_patch16_siglip_256.v2_webli",
+    "scratch_siglip_b16_256.webli": "vit_base_patch16_siglip_256.webli",
+    "scratch_siglip_b16_256.webli_i18n": "vit_base_patch16_siglip_256.webli_i18n",
+    "scratch_siglip_b16_384.v2_webli": "vit_base_patch16_siglip_384.v2_webli",
+    "scratch_siglip_b16_384.webli": "vit_base_patch16_siglip_384.webli",
+    "scratch_siglip_b16_512.v2_webli": "vit_base_patch16_siglip_512.v2_webli",
+    "scratch_siglip_b16_512.webli": "vit_base_patch16_siglip_512.webli",
+    "scratch_siglip_l16_256.v2_webli": "vit_large_patch16_siglip_256.v2_webli",
+    "scratch_siglip_l16_256.webli": "vit_large_patch16_siglip_256.webli",
+    "scratch_siglip_l16_384.v2_webli": "vit_large_patch16_siglip_384.v2_webli",
+    "scratch_siglip_l16_384.webli": "vit_large_patch16_siglip_384.webli",
+    "scratch_siglip_l16_512.v2_webli": "vit_large_patch16_siglip_512.v2_webli",
+    "scratch_siglip_so400m14.v2_webli": "vit_so400m_patch14_siglip_224.v2_webli",
+    "scratch_siglip_so400m14.webli": "vit_so400m_patch14_siglip_224.webli",
+    "scratch_siglip_so400m14_378.v2_webli": "vit_so400m_patch14_siglip_378.v2_webli",
+    "scratch_siglip_so400m14_378.webli": "vit_so400m_patch14_siglip_378.webli",
+    "scratch_siglip_so400m14_378.webli_ft_in1k": "vit_so400m_patch14_siglip_378.webli_ft_in1k",
 }
 
 TORCHVISION_TAGS: dict[str, tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)
@@ -113,6 +140,13 @@ _AUGREG_PAPER = (
 )
 _DEIT_PAPER = ("arXiv:2012.12877", "Training data-efficient image transformers & distillation through attention")
 _DINOV3_PAPER = ("arXiv:2508.10104", "DINOv3")
+_DINOV2_PAPER = ("arXiv:2304.07193", "DINOv2: Learning Robust Visual Features without Supervision")
+_SIGLIP_PAPER = ("arXiv:2303.15343", "Sigmoid Loss for Language Image Pre-Training")
+_SIGLIP2_PAPER = (
+    "arXiv:2502.14786",
+    "SigLIP 2: Multilingual Vision-Language Encoders with Improved Semantic Understanding, Localization, and "
+    "Dense Features",
+)
 _SWAG_PAPER = ("arXiv:2201.08371", "Revisiting Weakly Supervised Pre-Training of Visual Perception Models")
 _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first published)
     "augreg": (_AUGREG_PAPER, "https://github.com/google-research/vision_transformer"),
@@ -121,6 +155,9 @@ _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first p
     "lvd1689m": (_DINOV3_PAPER, "https://github.com/facebookresearch/dinov3"),
     "sat493m": (_DINOV3_PAPER, "https://github.com/facebookresearch/dinov3"),
     "eupe": (_DINOV3_PAPER, "https://huggingface.co/timm"),
+    "lvd142m": (_DINOV2_PAPER, "https://github.com/facebookresearch/dinov2"),
+    "webli": (_SIGLIP_PAPER, "https://github.com/google-research/big_vision"),
+    "v": (_SIGLIP2_PAPER, "https://github.com/google-research/big_vision"),  # "v2_webli": the prefix less its digits
 }
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std", "num_classes", "license")
 

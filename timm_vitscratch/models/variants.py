@@ -97,6 +97,49 @@ def _dinov3(name: str) -> dict[str, Any]:
     return {**_DINOV3, **_DINOV3_SIZES[size], "qkv_bias": name.endswith("_qkvb")}
 
 
+#: DINOv2 as timm builds it (its classic ``VisionTransformer``): patch 14 at 518 px, LayerScale; ``_reg4``: four registers,
+#: the position table for the patch tokens only (timm folds the class token's position into the token)
+_DINOV2 = dict(patch_size=14, img_size=518, init_values=1e-5)
+_DINOV2_SIZES: dict[str, dict[str, Any]] = {"s14": _S, "b14": _B, "l14": _L}
+#: our DINOv2 variant -> timm's model of the same architecture
+DINOV2_TIMM_NAMES: dict[str, str] = {
+    f"scratch_dinov2_{size}{reg}": f"vit_{timm_size}_patch14{reg}_dinov2"
+    for size, timm_size in (("s14", "small"), ("b14", "base"), ("l14", "large"))
+    for reg in ("", "_reg4")
+}
+
+
+def _dinov2(name: str) -> dict[str, Any]:
+    size = name.removeprefix("scratch_dinov2_").removesuffix("_reg4")
+    registers = dict(reg_tokens=4, no_embed_class=True) if name.endswith("_reg4") else {}
+    return {**_DINOV2, **_DINOV2_SIZES[size], **registers}
+
+
+#: SigLIP's image tower as timm builds it: no class token, attention-pooled (MAP) features; the activation is
+#: timm's per model (GELU, or its tanh approximation where timm's entry point says so)
+_SIGLIP = dict(class_token=False, global_pool="map")
+_SO400M = dict(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362)
+#: our SigLIP variant -> (timm's model of the same architecture, its arguments beyond ``_SIGLIP``).
+#: Names: ``scratch_siglip_<size><patch>[_<resolution>]``, the resolution left out at 224 as for the classic ViT.
+SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "scratch_siglip_b16": ("vit_base_patch16_siglip_224", dict(patch_size=16, **_B)),
+    "scratch_siglip_b16_256": ("vit_base_patch16_siglip_256", dict(patch_size=16, img_size=256, **_B)),
+    "scratch_siglip_b16_384": ("vit_base_patch16_siglip_384", dict(patch_size=16, img_size=384, **_B)),
+    "scratch_siglip_b16_512": ("vit_base_patch16_siglip_512", dict(patch_size=16, img_size=512, **_B)),
+    "scratch_siglip_l16_256": ("vit_large_patch16_siglip_256", dict(patch_size=16, img_size=256, **_L)),
+    "scratch_siglip_l16_384": ("vit_large_patch16_siglip_384", dict(patch_size=16, img_size=384, **_L)),
+    "scratch_siglip_l16_512": (
+        "vit_large_patch16_siglip_512",
+        dict(patch_size=16, img_size=512, act_layer="gelu_tanh", **_L),
+    ),
+    "scratch_siglip_so400m14": ("vit_so400m_patch14_siglip_224", dict(patch_size=14, **_SO400M)),
+    "scratch_siglip_so400m14_378": ("vit_so400m_patch14_siglip_378", dict(patch_size=14, img_size=378, **_SO400M)),
+}
+SIGLIP_TIMM_NAMES: dict[str, str] = {name: timm_name for name, (timm_name, _) in SIGLIP_VARIANTS.items()}
+#: every variant that is timm's model of another name than its classic ``vit_*``: ours -> timm's
+TIMM_NAMES: dict[str, str] = {**DINOV3_TIMM_NAMES, **DINOV2_TIMM_NAMES, **SIGLIP_TIMM_NAMES}
+
+
 #: Architecture of every registered variant (model kwargs before user overrides).
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "scratch_vit_ti16": dict(patch_size=16, **_TI),
@@ -116,6 +159,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "scratch_deit_s16_distilled": dict(patch_size=16, distilled=True, **_S),
     "scratch_deit_b16_distilled": dict(patch_size=16, distilled=True, **_B),
     **{name: _dinov3(name) for name in DINOV3_TIMM_NAMES},
+    **{name: _dinov2(name) for name in DINOV2_TIMM_NAMES},
+    **{name: {**_SIGLIP, **args} for name, (_, args) in SIGLIP_VARIANTS.items()},
 }
 
 
@@ -161,9 +206,21 @@ def _dinov3_cfg(**kwargs: Any) -> dict[str, Any]:
     )
 
 
+def _dinov2_cfg() -> dict[str, Any]:
+    """DINOv2's backbones as timm publishes them: no classifier, 518 px, ImageNet mean/std, no crop."""
+    return _vit_cfg(
+        num_classes=0, input_size=(3, 518, 518), crop_pct=1.0, mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD
+    )
+
+
 def _pretrained_cfg(name: str) -> dict[str, Any]:
     if name.startswith("scratch_dinov3_"):
         return _dinov3_cfg()
+    if name in DINOV2_TIMM_NAMES:
+        return _dinov2_cfg()
+    if name in SIGLIP_VARIANTS:  # the image tower alone: no classifier, at its own resolution
+        size = ARCHITECTURES[name].get("img_size", 224)
+        return _vit_cfg(num_classes=0, input_size=(3, size, size))
     if name.startswith("scratch_deit_"):
         return _deit_cfg()
     if name.endswith("_in21k"):
@@ -601,3 +658,78 @@ def scratch_dinov3_7b16(pretrained: bool = False, **kwargs: Any) -> VisionTransf
 @register_model
 def scratch_dinov3_t16_qkvb(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_dinov3_t16_qkvb", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_s14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_s14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_s14_reg4(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_s14_reg4", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_b14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_b14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_b14_reg4(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_b14_reg4", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_l14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_l14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_l14_reg4(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_l14_reg4", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_512(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_512", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_l16_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_l16_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_l16_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_l16_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_l16_512(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_l16_512", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14_378(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14_378", pretrained, **kwargs)

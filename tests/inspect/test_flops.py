@@ -23,7 +23,9 @@ from timm_vitscratch.models.variants import ARCHITECTURES
 def counted_flops(model, batch, img_size=224, device="meta"):
     """FLOPs of one forward (ours computes timm's full forward by default)."""
     x = torch.zeros(batch, 3, img_size, img_size, device=device)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    # autograd stays on: under no_grad torch's counter cannot follow a parameter given to a module as its input
+    # (the MAP head's latent query), in timm's models as in ours; on meta nothing is stored either way
+    with FlopCounterMode(display=False) as counter:
         model(x)
     return counter.get_total_flops()
 

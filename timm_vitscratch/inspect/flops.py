@@ -50,12 +50,21 @@ def forward_macs(model: VisionTransformer) -> dict[str, int]:
     pooled = tokens if model.global_pool == "" and model.head_dist is None else 1
     representation = _linear_macs(getattr(model.pre_logits, "fc", None)) * pooled
     heads = [model.head] + ([model.head_dist] if model.head_dist is not None else [])
+    # SigLIP's attention pool (global_pool='map') reads the patch tokens with one latent query: part of the head,
+    # as its parameters are: q and output projections D·D each, keys and values T·2D·D, scores and values 2·T·D,
+    # and its MLP 2·D·M
+    pool = model.attn_pool
+    pool_macs = 0
+    if pool is not None:
+        seen = embed.num_patches + (model.num_prefix_tokens if model.pool_include_prefix else 0)
+        pool_macs = 2 * embed_dim * embed_dim + 2 * seen * embed_dim * embed_dim + 2 * seen * embed_dim
+        pool_macs += 2 * embed_dim * pool.mlp.hidden_features
     macs = OrderedDict(
         patch_embedding=embed.num_patches * embed.in_chans * patch_h * patch_w * embed_dim,
         attention=depth * per_block["attention"],
         mlp=depth * per_block["mlp"],
         representation=representation,
-        head=sum(_linear_macs(h) for h in heads) * pooled,
+        head=sum(_linear_macs(h) for h in heads) * pooled + pool_macs,
     )
     macs["total"] = sum(macs.values())
     return macs

@@ -128,6 +128,11 @@ def _analytic(model: VisionTransformer) -> dict[str, Any]:
             init_values=1.0 if shape["layer_scale"] else None,
             swiglu_mlp=shape["mlp_matrices"] == 3,
             mlp_hidden=shape["mlp_hidden"],
+            class_token=model.has_class_token,
+            no_embed_class=model.no_embed_class,
+            global_pool="map" if model.attn_pool is not None else model.global_pool,
+            # the pool MLP width as a ratio that int(h * ratio) turns back into that width
+            mlp_ratio=(model.attn_pool.mlp.hidden_features + 0.5) / h if model.attn_pool is not None else 4.0,
         )
         if square
         else None,

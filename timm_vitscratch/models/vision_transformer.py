@@ -405,13 +405,19 @@ class VisionTransformer(nn.Module):
         """
         if mode is not None:
             self.weight_init_mode = "reset" if check_weight_init(mode) == "skip" else mode
-        if self._eva_init():  # timm's Eva: the layers first, then its own tensors and its rescaling
-            apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset)
-            self._init_own_tensors()
-            self._eva_rescale()
+        self._initialise(needs_reset)
+
+    def _initialise(self, needs_reset: bool, only: Collection[int] | None = None) -> None:
+        """The scheme's pass in timm's order, over every tensor or those whose ids are in ``only``: the model's
+        own tensors, then the layers; for timm's Eva the layers first, then its own tensors and its rescaling."""
+        init = scheme(self.weight_init_mode, self.num_classes)
+        if self._eva_init():
+            apply_init(init, self, needs_reset, only=only)
+            self._init_own_tensors(only=only)
+            self._eva_rescale(only=only)
             return
-        self._init_own_tensors()
-        apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset)
+        self._init_own_tensors(only=only)
+        apply_init(init, self, needs_reset, only=only)
 
     def _eva_init(self) -> bool:
         return self.eva_names and self.weight_init_mode == ""
@@ -468,13 +474,8 @@ class VisionTransformer(nn.Module):
         """
         device = torch.device(device) if device is not None else storage.default_device()
         names, fresh = storage.give_storage(self, device)
-        if fresh and self._eva_init():
-            apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset=True, only=fresh)
-            self._init_own_tensors(only=fresh)
-            self._eva_rescale(only=fresh)
-        elif fresh:
-            self._init_own_tensors(only=fresh)
-            apply_init(scheme(self.weight_init_mode, self.num_classes), self, needs_reset=True, only=fresh)
+        if fresh:
+            self._initialise(needs_reset=True, only=fresh)
         return names
 
     @torch.jit.ignore

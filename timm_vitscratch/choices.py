@@ -11,7 +11,11 @@ GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
 #: ``pos_embed``: a learned table, a fixed sincos table, or none
 POS_EMBEDS = ("learn", "sincos", "none", "")
 #: ``rope_type``: rotary position in attention (models/rotary.py), or none
-ROPE_TYPES = ("", "dinov3")
+ROPE_TYPES = ("", "dinov3", "cat")
+#: ``rope_grid_indexing``: the axial rotary terms' channel order, rows first or columns first
+ROPE_GRID_INDEXINGS = ("ij", "xy")
+#: ``attn_type``: with Eva's names, its attention layouts (``q_bias`` / ``v_bias``, or the bias in ``qkv``)
+ATTN_TYPES = ("eva", "rope")
 #: ``weight_init``: timm's init schemes (models/weight_init.py)
 WEIGHT_INITS = ("", "jax", "jax_nlhb", "moco", "reset", "skip")
 #: ``attn_impl``: ``F.scaled_dot_product_attention`` or the attention matrix made explicit

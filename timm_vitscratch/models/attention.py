@@ -22,6 +22,16 @@ from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
 from .packing import PackedSegments, attend
 from .rotary import apply_rotary
 
+#: the attention's projection layouts (``Attention``'s ``qkv_form``)
+QKV_FORMS = ("fused", "eva", "separate")
+
+
+def qkv_form(eva_names: bool, qkv_fused: bool, attn_type: str) -> str:
+    """The projection layout that the model's options (timm ``Eva``'s names for them) give."""
+    if not eva_names or attn_type == "rope":
+        return "fused"
+    return "eva" if qkv_fused else "separate"
+
 
 def check_attn_impl(attn_impl: str) -> str:
     if attn_impl not in ATTN_IMPLS:
@@ -55,14 +65,20 @@ class Attention(nn.Module):
     ``fused_attn`` (timm's switch, set from ``attn_impl``: ``'sdpa'`` True, ``'eager'`` False) runs
     ``F.scaled_dot_product_attention``; off, the attention matrix is materialised and passes
     through ``attn_drop`` (where timm's ``AttentionExtract`` hooks read it). Both compute the same
-    function. ``norm`` (the merged heads, before ``proj``) is an Identity, as in timm's ViT.
+    function. ``norm`` (the merged heads, before ``proj``) is an Identity, as in timm's ViT, or with ``scale_norm`` a
+    LayerNorm (timm Eva's ``scale_attn_inner``, EVA02-CLIP's).
 
-    ``eva_bias``: timm's ``Eva`` layout of the qkv bias, ``q_bias`` and ``v_bias`` parameters and a key
-    bias fixed at zero, added in one ``F.linear`` with ``qkv``'s weight as Eva does (so, as there, hooks
-    on ``qkv`` do not fire when the bias is on).
+    ``qkv_form`` is the projection's layout, each as a timm attention names it (:data:`QKV_FORMS`):
+    ``'fused'``, one ``qkv`` Linear with its bias (timm's ViT, and ``AttentionRope`` of its ``Eva``);
+    ``'eva'``, ``Eva``'s fused layout, ``q_bias`` and ``v_bias`` parameters and a key bias fixed at zero, added
+    in one ``F.linear`` with ``qkv``'s weight as Eva does (so, as there, hooks on ``qkv`` do not fire when the
+    bias is on); ``'separate'``, ``Eva``'s unfused ``q_proj`` / ``k_proj`` / ``v_proj`` (no key bias).
+    ``rope_interleaved``: rotary terms rotate neighbouring channels (timm's axial RoPE) rather than halves.
     """
 
     __jit_unused_properties__ = ("attn_impl",)
+    # constants to TorchScript, which then compiles only the layout's own branch (the others name absent layers)
+    __constants__ = ["separate", "rope_interleaved"]
     #: for the weight-init schemes: ``qkv`` is three projections in one ('moco' bounds each on its own)
     init_roles: ClassVar[dict[str, str]] = {"qkv": "qkv"}
 
@@ -79,7 +95,9 @@ class Attention(nn.Module):
         norm_layer: NormLayer = DEFAULT_NORM_LAYER,
         qk_scale: float | None = None,
         attn_impl: str = "sdpa",
-        eva_bias: bool = False,
+        qkv_form: str = "fused",
+        rope_interleaved: bool = False,
+        scale_norm: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -87,12 +105,23 @@ class Attention(nn.Module):
         dd: FactoryKwargs = {"device": device, "dtype": dtype}
         if num_heads < 1 or dim % num_heads:
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
+        if qkv_form not in QKV_FORMS:
+            raise ValueError(f"qkv_form must be one of {QKV_FORMS}, got {qkv_form!r}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = qk_scale if qk_scale is not None else self.head_dim**-0.5
         self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias and not eva_bias, **dd)
-        if qkv_bias and eva_bias:
+        self.rope_interleaved = rope_interleaved
+        self.separate = qkv_form == "separate"
+        if self.separate:
+            self.qkv: nn.Linear | None = None
+            self.q_proj: nn.Linear | None = nn.Linear(dim, dim, bias=qkv_bias, **dd)
+            self.k_proj: nn.Linear | None = nn.Linear(dim, dim, bias=False, **dd)
+            self.v_proj: nn.Linear | None = nn.Linear(dim, dim, bias=qkv_bias, **dd)
+        else:
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias and qkv_form == "fused", **dd)
+            self.q_proj = self.k_proj = self.v_proj = None
+        if qkv_bias and qkv_form == "eva":
             self.q_bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim, **dd))
             self.register_buffer("k_bias", torch.zeros(dim, **dd), persistent=False)
             self.v_bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim, **dd))
@@ -101,7 +130,7 @@ class Attention(nn.Module):
         self.q_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.attn_drop = nn.Dropout(attn_drop)
-        self.norm = nn.Identity()
+        self.norm = norm_layer(dim, **dd) if scale_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
 
@@ -118,13 +147,24 @@ class Attention(nn.Module):
         return "sdpa" if self.fused_attn else "eager"
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
-        """The qkv projection: the ``qkv`` module, or with Eva's separate biases its weight and their concatenation."""
+        """The fused qkv projection: the ``qkv`` module, or with Eva's separate biases its weight and their
+        concatenation."""
+        assert self.qkv is not None
         if self.q_bias is None or self.k_bias is None or self.v_bias is None:
             return self.qkv(x)
         return F.linear(x, self.qkv.weight, torch.cat([self.q_bias, self.k_bias, self.v_bias]))
 
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, dim) projected tokens as (B, heads, N, head_dim)."""
+        batch, tokens, _ = x.shape
+        return x.view(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
+        if self.separate:
+            assert self.q_proj is not None and self.k_proj is not None and self.v_proj is not None
+            q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+            return self.q_norm(q), self.k_norm(k), v
         batch, tokens, _ = x.shape
         qkv = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
         if torch.is_grad_enabled() or torch.jit.is_tracing():
@@ -147,16 +187,23 @@ class Attention(nn.Module):
         torchsummary's, see it run; the extra query rows cost a twelfth of one block), and the
         query normalisation runs for the kept queries alone.
         """
+        if self.separate:
+            assert self.q_proj is not None and self.k_proj is not None and self.v_proj is not None
+            q = self._heads(self.q_proj(x[:, :num_queries]))
+            return self.q_norm(q), self.k_norm(self._heads(self.k_proj(x))), self._heads(self.v_proj(x))
         batch, tokens, _ = x.shape
         q, k, v = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
         q = q[:, :num_queries]
         return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
+    def _rotate(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        return apply_rotary(x, rope, self.rope_interleaved)
+
     def attention_weights(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
         q, k, _ = self._split_heads(x)
         if rope is not None:
-            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+            q, k = self._rotate(q, rope), self._rotate(k, rope)
         return _masked_softmax_attention(q, k, self.scale, None)
 
     def _attention(
@@ -202,14 +249,14 @@ class Attention(nn.Module):
         ``rope``: rotary terms (2, ..., N, head_dim) of every token (models/rotary.py)."""
         q, k, v = self._split_heads(x)
         if rope is not None:
-            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+            q, k = self._rotate(q, rope), self._rotate(k, rope)
         return self._attend(q, k, v, attn_mask, segments)
 
     def forward_queries(self, x: torch.Tensor, num_queries: int, rope: torch.Tensor | None = None) -> torch.Tensor:
         """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
         q, k, v = self._split_heads_for_queries(x, num_queries)
         if rope is not None:
-            q, k = apply_rotary(q, rope[..., :num_queries, :]), apply_rotary(k, rope)
+            q, k = self._rotate(q, rope[..., :num_queries, :]), self._rotate(k, rope)
         return self._attend(q, k, v)
 
 

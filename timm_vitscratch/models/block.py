@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .attention import Attention
-from .layers import DEFAULT_NORM_LAYER, DropPath, FactoryKwargs, LayerScale, Mlp, NormLayer, SwiGLU
+from .layers import DEFAULT_NORM_LAYER, DropPath, FactoryKwargs, LayerScale, MlpLayer, NormLayer, make_mlp
 from .packing import PackedSegments
 
 
@@ -16,9 +16,9 @@ class Block(nn.Module):
     """Pre-norm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x))).
 
     Two namings of the same computation, timm's two ViT classes: ``VisionTransformer``'s (LayerScale
-    modules ``ls1`` / ``ls2``, a ``qkv`` bias) and, with ``eva_names``, ``Eva``'s (the scales as the
-    block's own ``gamma_1`` / ``gamma_2``, the bias as ``attn.q_bias`` / ``attn.v_bias``).
-    ``swiglu_mlp`` swaps the GELU MLP for timm's ``SwiGLU``.
+    modules ``ls1`` / ``ls2``) and, with ``eva_names``, ``Eva``'s (the scales as the block's own
+    ``gamma_1`` / ``gamma_2``). ``qkv_form`` is the attention's projection layout (models/attention.py);
+    the MLP is GELU or SwiGLU by timm Eva's rule (``layers.make_mlp``).
     """
 
     # for the counts and FLOPs, never the forward: TorchScript compiles properties unless told not to
@@ -42,8 +42,12 @@ class Block(nn.Module):
         qk_scale: float | None = None,
         attn_impl: str = "sdpa",
         eva_names: bool = False,
+        qkv_form: str = "fused",
+        rope_interleaved: bool = False,
         swiglu_mlp: bool = False,
         swiglu_align_to: int = 0,
+        scale_mlp: bool = False,
+        scale_attn_inner: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -61,7 +65,9 @@ class Block(nn.Module):
             norm_layer=norm_layer,
             qk_scale=qk_scale,
             attn_impl=attn_impl,
-            eva_bias=eva_names,
+            qkv_form=qkv_form,
+            rope_interleaved=rope_interleaved,
+            scale_norm=scale_attn_inner,
             **dd,
         )
         self.init_values = init_values
@@ -75,11 +81,18 @@ class Block(nn.Module):
         # as timm: stochastic depth only where its rate is above 0 (the first block's never is)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = norm_layer(dim, **dd)
-        hidden = int(dim * mlp_ratio)
-        if swiglu_mlp:
-            self.mlp: Mlp | SwiGLU = SwiGLU(dim, hidden, align_to=swiglu_align_to, bias=proj_bias, drop=proj_drop, **dd)
-        else:
-            self.mlp = Mlp(dim, hidden, act_layer=act_layer, bias=proj_bias, drop=proj_drop, **dd)
+        self.mlp: MlpLayer = make_mlp(
+            dim,
+            int(dim * mlp_ratio),
+            swiglu=swiglu_mlp,
+            align_to=swiglu_align_to,
+            scale_mlp=scale_mlp,
+            act_layer=act_layer,
+            norm_layer=norm_layer,
+            bias=proj_bias,
+            drop=proj_drop,
+            dd=dd,
+        )
         if not eva_names:
             self.ls2: nn.Module | None = (
                 LayerScale(dim, init_values=init_values, **dd) if init_values else nn.Identity()
@@ -90,7 +103,7 @@ class Block(nn.Module):
 
     @property
     def mlp_shape(self) -> tuple[int, int]:
-        """(hidden width, matrices of width x hidden) of the MLP: GELU's fc1 and fc2, or SwiGLU's three."""
+        """(hidden width, matrices of width x hidden) of the MLP: GELU's fc1 and fc2, or a SwiGLU's three."""
         return self.mlp.hidden_features, self.mlp.num_matrices
 
     def reset_parameters(self) -> None:

@@ -136,8 +136,14 @@ class LayerScale(nn.Module):
         return x * self.gamma
 
 
+def _inner_norm(norm_layer: NormLayer | None, width: int, dd: FactoryKwargs) -> nn.Module:
+    """The MLPs' ``norm`` between the activation and fc2: a LayerNorm with EVA02's ``scale_mlp``, else an
+    Identity (timm's hook point)."""
+    return norm_layer(width, **dd) if norm_layer is not None else nn.Identity()
+
+
 class Mlp(nn.Module):
-    """Two-layer perceptron: fc1 -> act (GELU unless ``act_layer`` says) -> drop -> norm (Identity) -> fc2 -> drop."""
+    """Two-layer perceptron: fc1 -> act (GELU unless ``act_layer`` says) -> drop -> norm -> fc2 -> drop."""
 
     #: for the weight-init schemes: both layers are an MLP's ('jax' draws their biases)
     init_roles: ClassVar[dict[str, str]] = {"fc1": "mlp", "fc2": "mlp"}
@@ -150,6 +156,7 @@ class Mlp(nn.Module):
         hidden_features: int | None = None,
         *,
         act_layer: Callable[[], nn.Module] = nn.GELU,
+        norm_layer: NormLayer | None = None,
         bias: bool = True,
         drop: float = 0.0,
         device: torch.device | str | None = None,
@@ -162,7 +169,7 @@ class Mlp(nn.Module):
         self.fc1 = nn.Linear(in_features, hidden_features, bias=bias, **dd)
         self.act = act_layer()
         self.drop1 = nn.Dropout(drop)
-        self.norm = nn.Identity()  # timm's hook point between the activation and fc2
+        self.norm = _inner_norm(norm_layer, hidden_features, dd)
         self.fc2 = nn.Linear(hidden_features, in_features, bias=bias, **dd)
         self.drop2 = nn.Dropout(drop)
 
@@ -184,6 +191,7 @@ class SwiGLU(nn.Module):
         hidden_features: int | None = None,
         *,
         align_to: int = 0,
+        norm_layer: NormLayer | None = None,
         bias: bool = True,
         drop: float = 0.0,
         device: torch.device | str | None = None,
@@ -199,12 +207,85 @@ class SwiGLU(nn.Module):
         self.fc1_x = nn.Linear(in_features, hidden_features, bias=bias, **dd)
         self.act = nn.SiLU()
         self.drop1 = nn.Dropout(drop)
-        self.norm = nn.Identity()  # timm's hook point between the gate and fc2
+        self.norm = _inner_norm(norm_layer, hidden_features, dd)
         self.fc2 = nn.Linear(hidden_features, in_features, bias=bias, **dd)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x)))))
+
+
+class PackedSwiGLU(nn.Module):
+    """The same gated MLP with the two input layers as one: ``fc1`` (width -> 2 x hidden), its first half
+    gated by SiLU times its second half, then ``fc2``; timm's ``GluMlp`` as DINOv2 giant (``SwiGLUPacked``)
+    and EVA02 tiny / small build it, with its names (``fc1``, ``act``, ``drop1``, ``norm``, ``fc2``, ``drop2``).
+    ``hidden_features`` is the gated width, fc2's input, as for :class:`SwiGLU`."""
+
+    init_roles: ClassVar[dict[str, str]] = {"fc1": "mlp", "fc2": "mlp"}
+    num_matrices: ClassVar[int] = 3
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int | None = None,
+        *,
+        norm_layer: NormLayer | None = None,
+        bias: bool = True,
+        drop: float = 0.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dd: FactoryKwargs = {"device": device, "dtype": dtype}
+        hidden_features = hidden_features or in_features
+        self.hidden_features = hidden_features
+        self.fc1 = nn.Linear(in_features, 2 * hidden_features, bias=bias, **dd)
+        self.act = nn.SiLU()
+        self.drop1 = nn.Dropout(drop)
+        self.norm = _inner_norm(norm_layer, hidden_features, dd)
+        self.fc2 = nn.Linear(hidden_features, in_features, bias=bias, **dd)
+        self.drop2 = nn.Dropout(drop)
+
+    def init_weights(self) -> None:
+        """timm's ``GluMlp`` hook, which its ViT init calls after fc1's draw: the multiplied half of ``fc1``
+        starts near zero (weights N(0, 1e-6)) with bias one. (timm's ``Eva`` init does not call it.)"""
+        half = self.hidden_features
+        with torch.no_grad():
+            if self.fc1.bias is not None:
+                nn.init.ones_(self.fc1.bias[half:])
+            nn.init.normal_(self.fc1.weight[half:], std=1e-6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = self.fc1(x).chunk(2, dim=-1)
+        return self.drop2(self.fc2(self.norm(self.drop1(self.act(gate) * value))))
+
+
+#: the blocks' MLP kinds
+MlpLayer = Mlp | SwiGLU | PackedSwiGLU
+
+
+def make_mlp(
+    dim: int,
+    hidden: int,
+    *,
+    swiglu: bool,
+    align_to: int,
+    scale_mlp: bool,
+    act_layer: Callable[[], nn.Module],
+    norm_layer: NormLayer,
+    bias: bool,
+    drop: float,
+    dd: FactoryKwargs,
+) -> MlpLayer:
+    """A block's MLP by timm ``Eva``'s rule: GELU (``act_layer``) unless ``swiglu``; a SwiGLU with separate input
+    layers when it is aligned (``align_to``) or normalised inside (``scale_mlp``), else the packed one.
+    ``scale_mlp``: a LayerNorm before fc2 (EVA02's normformer MLP)."""
+    inner = norm_layer if scale_mlp else None
+    if not swiglu:
+        return Mlp(dim, hidden, act_layer=act_layer, norm_layer=inner, bias=bias, drop=drop, **dd)
+    if align_to or scale_mlp:
+        return SwiGLU(dim, hidden, align_to=align_to, norm_layer=inner, bias=bias, drop=drop, **dd)
+    return PackedSwiGLU(dim, hidden, bias=bias, drop=drop, **dd)
 
 
 def drop_path(x: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor:

@@ -79,6 +79,9 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "swiglu_align_to": (0, 1024, "[]"),
     "rope_temperature": (0.0, 1e6, "(]"),
     "rope_grid_offset": (0.0, 4.0, "[]"),
+    "ref_feat_shape": (1, choices.MAX_IMG_SIDE, "[]"),
+    "attn_pool_num_heads": (1, choices.MAX_HEADS, "[]"),
+    "attn_pool_mlp_ratio": (0.0, choices.MAX_MLP_RATIO, "(]"),
 }
 #: the names a file may give a named option (the constructor takes more for some: module classes, callables)
 NAMES: dict[str, tuple[str, ...]] = {
@@ -89,6 +92,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     "act_layer": choices.GELU_NAMES + choices.ACT_NAMES,
     "norm_layer": choices.NORM_NAMES,
     "rope_type": choices.ROPE_TYPES,
+    "rope_grid_indexing": choices.ROPE_GRID_INDEXINGS,
+    "attn_type": choices.ATTN_TYPES,
 }
 #: constructor arguments that say where the model is made, not what it is: never set by a file
 NOT_FROM_FILES = ("device", "dtype")

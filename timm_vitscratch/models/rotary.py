@@ -1,4 +1,5 @@
-"""Rotary position (RoPE) for 2-D patch grids: DINOv3's variant, as timm's ``Eva`` uses it (``rope_type='dinov3'``).
+"""Rotary position (RoPE) for 2-D patch grids, the two kinds timm's ``Eva`` uses: DINOv3's (``rope_type='dinov3'``)
+and the axial one of EVA02 and the Perception Encoder (``rope_type='cat'``).
 
 A rotary encoding adds nothing to the tokens. It rotates each query and key, pair of channels by pair,
 by angles that depend on the token's place, so that attention scores depend on relative position. The
@@ -9,6 +10,11 @@ DINOv3's coordinates are patch centres, ``(i + 0.5) / size`` along each axis by 
 [-1, 1]; the angles are ``2 pi * coordinate / period`` with periods ``temperature ** (4 j / head_dim)``.
 Rows and columns take a quarter of the head's channels each, repeated for the two halves that
 "rotate-half" pairs (channel ``j`` with ``j + head_dim / 2``).
+
+The axial kind (timm's ``RotaryEmbeddingCat``) takes patch indices plus ``grid_offset``, rescaled to a
+reference grid (``ref_feat_shape``, the pretraining grid: index / size * reference) when one is given; angles
+are ``coordinate * temperature ** (-j / (head_dim / 4))``, without 2 pi. Rows and columns take a quarter of the
+channels each ('ij' order; 'xy' puts columns first), and each angle rotates a pair of neighbouring channels.
 
 The terms come as one tensor ``(2, ..., tokens, head_dim)``: sines, then cosines, indexed rather than
 split (the ops mobile exporters take). Prefix tokens (class, registers) are not rotated: their rows are
@@ -30,9 +36,16 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Queries or keys (..., tokens, D) rotated by terms ``rope`` (2, ..., tokens, D), in ``x``'s dtype."""
-    return (x * rope[1] + rotate_half(x) * rope[0]).to(x.dtype)
+def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    """(..., D) -> (..., D): ``[-x1, x0, -x3, x2, ...]``: each channel's partner in its neighbouring pair, signed."""
+    return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2)
+
+
+def apply_rotary(x: torch.Tensor, rope: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+    """Queries or keys (..., tokens, D) rotated by terms ``rope`` (2, ..., tokens, D), in ``x``'s dtype;
+    ``interleaved``: pairs of neighbouring channels (axial RoPE), else halves (DINOv3)."""
+    partner = rotate_pairs(x) if interleaved else rotate_half(x)
+    return (x * rope[1] + partner * rope[0]).to(x.dtype)
 
 
 def with_prefix_rows(rope: torch.Tensor, prefix: int) -> torch.Tensor:
@@ -89,3 +102,95 @@ class DinoV3Rotary(nn.Module):
     def for_coords(self, coord: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         """(2, ..., head_dim) terms of patches at integer (row, column) ``coord`` (..., 2) in grids ``grid`` (..., 2)."""
         return self._terms(self._normalised(coord, grid.clamp(min=1)))
+
+
+class AxialRotary(nn.Module):
+    """Axial rotary terms for one attention head's width ``head_dim``: timm's ``RotaryEmbeddingCat`` as EVA02
+    and the Perception Encoder build it (timm's ``rope`` module; its ``rope_type='cat'``).
+
+    ``ref_feat_shape`` (rows, columns): the grid the model was trained at; other grids are rescaled onto it.
+    ``grid_indexing``: 'ij' rows first, 'xy' columns first (PE). Holds no tensors (timm keeps its bands and its
+    cached table as buffers that no checkpoint holds): the bands are computed in float32 on the CPU for each
+    call, as timm computes them, so no cast of the model reaches them.
+    """
+
+    #: rotates neighbouring channels (timm's default layout for this kind)
+    interleaved = True
+
+    def __init__(
+        self,
+        head_dim: int,
+        temperature: float = 10000.0,
+        grid_offset: float = 0.0,
+        grid_indexing: str = "ij",
+        ref_feat_shape: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__()
+        if head_dim % 4:
+            raise ValueError(f"rotary position needs a head width divisible by 4, got {head_dim}")
+        if grid_indexing not in ("ij", "xy"):
+            raise ValueError(f"rope_grid_indexing must be 'ij' or 'xy', got {grid_indexing!r}")
+        self.head_dim = head_dim
+        self.temperature = float(temperature)
+        self.grid_offset = float(grid_offset)
+        self.grid_indexing = grid_indexing
+        self.ref_feat_shape = ref_feat_shape
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, temperature={self.temperature:g}, grid_indexing={self.grid_indexing!r}, "
+            f"ref_feat_shape={self.ref_feat_shape}"
+        )
+
+    def _bands(self, device: torch.device) -> torch.Tensor:
+        quarter = self.head_dim // 4
+        exponents = torch.arange(quarter, dtype=torch.float32) / quarter
+        return (1.0 / (self.temperature**exponents)).to(device)
+
+    def _rescaled(self, coord: torch.Tensor, size: torch.Tensor, axis: int) -> torch.Tensor:
+        """Offset coordinates along ``axis`` (0 rows, 1 columns) of grids ``size`` long, rescaled onto the
+        reference grid when there is one (index / size * reference, timm's order of operations)."""
+        ref = self.ref_feat_shape
+        if ref is not None:
+            coord = coord / size * ref[axis]
+        return coord
+
+    def _terms(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """Row and column coordinates (...) -> (2, ..., head_dim) float32 sines and cosines."""
+        pair = (rows, cols) if self.grid_indexing == "ij" else (cols, rows)
+        coords = torch.stack(pair, dim=-1)
+        angles = (coords[..., None] * self._bands(coords.device)).flatten(-2).repeat_interleave(2, dim=-1)
+        return torch.stack([angles.sin(), angles.cos()])
+
+    def for_grid(self, height: int, width: int, device: torch.device) -> torch.Tensor:
+        """(2, height * width, head_dim) terms of an image's patch grid, row-major."""
+        rows = torch.arange(height, dtype=torch.float32, device=device) + self.grid_offset
+        cols = torch.arange(width, dtype=torch.float32, device=device) + self.grid_offset
+        rows = self._rescaled(rows, torch.full((), height, dtype=torch.float32, device=device), 0)
+        cols = self._rescaled(cols, torch.full((), width, dtype=torch.float32, device=device), 1)
+        grid_rows, grid_cols = torch.meshgrid(rows, cols, indexing="ij")
+        return self._terms(grid_rows.flatten(), grid_cols.flatten())
+
+    def for_coords(self, coord: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        """(2, ..., head_dim) terms of patches at integer (row, column) ``coord`` (..., 2) in grids ``grid`` (..., 2)."""
+        size = grid.clamp(min=1).float()
+        rows = self._rescaled(coord[..., 0].float() + self.grid_offset, size[..., 0], 0)
+        cols = self._rescaled(coord[..., 1].float() + self.grid_offset, size[..., 1], 1)
+        return self._terms(rows, cols)
+
+
+def rotary_position(
+    rope_type: str,
+    head_dim: int,
+    *,
+    temperature: float,
+    grid_offset: float,
+    grid_indexing: str,
+    ref_feat_shape: tuple[int, int] | None,
+) -> DinoV3Rotary | AxialRotary | None:
+    """The model's ``rope`` module for ``rope_type`` ('': none)."""
+    if rope_type == "dinov3":
+        return DinoV3Rotary(head_dim, temperature=temperature, grid_offset=grid_offset)
+    if rope_type == "cat":
+        return AxialRotary(head_dim, temperature, grid_offset, grid_indexing, ref_feat_shape)
+    return None

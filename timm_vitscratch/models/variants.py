@@ -18,6 +18,7 @@ from timm.models import (
     DefaultCfg,
     PretrainedCfg,
     build_model_with_cfg,
+    get_pretrained_cfg,
     register_model,
     resolve_pretrained_cfg,
     split_model_name_tag,
@@ -100,11 +101,17 @@ def _dinov3(name: str) -> dict[str, Any]:
 #: DINOv2 as timm builds it (its classic ``VisionTransformer``): patch 14 at 518 px, LayerScale; ``_reg4``: four registers,
 #: the position table for the patch tokens only (timm folds the class token's position into the token)
 _DINOV2 = dict(patch_size=14, img_size=518, init_values=1e-5)
-_DINOV2_SIZES: dict[str, dict[str, Any]] = {"s14": _S, "b14": _B, "l14": _L}
+#: the giant's MLP is timm's packed SwiGLU (``SwiGLUPacked``) of gated width 4096
+_DINOV2_SIZES: dict[str, dict[str, Any]] = {
+    "s14": _S,
+    "b14": _B,
+    "l14": _L,
+    "g14": dict(embed_dim=1536, depth=40, num_heads=24, mlp_ratio=2.66667, swiglu_mlp=True),
+}
 #: our DINOv2 variant -> timm's model of the same architecture
 DINOV2_TIMM_NAMES: dict[str, str] = {
     f"scratch_dinov2_{size}{reg}": f"vit_{timm_size}_patch14{reg}_dinov2"
-    for size, timm_size in (("s14", "small"), ("b14", "base"), ("l14", "large"))
+    for size, timm_size in (("s14", "small"), ("b14", "base"), ("l14", "large"), ("g14", "giant"))
     for reg in ("", "_reg4")
 }
 
@@ -136,8 +143,111 @@ SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "scratch_siglip_so400m14_378": ("vit_so400m_patch14_siglip_378", dict(patch_size=14, img_size=378, **_SO400M)),
 }
 SIGLIP_TIMM_NAMES: dict[str, str] = {name: timm_name for name, (timm_name, _) in SIGLIP_VARIANTS.items()}
+
+#: EVA02 as timm builds it (its ``Eva``): patch 14, a learned position table (the class token's row included) plus
+#: axial rotary position rescaled onto the 16 x 16 pretraining grid, SwiGLU MLPs (packed for tiny and small),
+#: average-pooled patch tokens through ``fc_norm``. Base and large: separate q/k/v projections and a LayerNorm
+#: inside the MLP; their CLIP image towers also one inside the attention, pooled by the class token.
+_EVA02 = dict(
+    patch_size=14,
+    mlp_ratio=4 * 2 / 3,
+    swiglu_mlp=True,
+    rope_type="cat",
+    ref_feat_shape=(16, 16),
+    global_pool="avg",
+    eva_names=True,
+)
+_EVA02_BL = dict(qkv_fused=False, scale_mlp=True)
+_EVA02_CLIP = dict(_EVA02_BL, scale_attn_inner=True, global_pool="token")
+#: our EVA02 variant -> (timm's model of the same architecture, its arguments beyond ``_EVA02``)
+EVA02_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "scratch_eva02_t14": ("eva02_tiny_patch14_224", dict(img_size=224, **_TI)),
+    "scratch_eva02_s14": ("eva02_small_patch14_224", dict(img_size=224, **_S)),
+    "scratch_eva02_b14": ("eva02_base_patch14_224", dict(img_size=224, **_B, **_EVA02_BL)),
+    "scratch_eva02_l14": ("eva02_large_patch14_224", dict(img_size=224, **_L, **_EVA02_BL)),
+    "scratch_eva02_t14_336": ("eva02_tiny_patch14_336", dict(img_size=336, **_TI)),
+    "scratch_eva02_s14_336": ("eva02_small_patch14_336", dict(img_size=336, **_S)),
+    "scratch_eva02_b14_448": ("eva02_base_patch14_448", dict(img_size=448, **_B, **_EVA02_BL)),
+    "scratch_eva02_l14_448": ("eva02_large_patch14_448", dict(img_size=448, **_L, **_EVA02_BL)),
+    "scratch_eva02_b16_clip": ("eva02_base_patch16_clip_224", dict(img_size=224, **_B, **_EVA02_CLIP, patch_size=16)),
+    "scratch_eva02_l14_clip": ("eva02_large_patch14_clip_224", dict(img_size=224, **_L, **_EVA02_CLIP)),
+    "scratch_eva02_l14_clip_336": ("eva02_large_patch14_clip_336", dict(img_size=336, **_L, **_EVA02_CLIP)),
+}
+
+#: Meta's Perception Encoder as timm builds it (its ``Eva``): a learned position table plus axial rotary position
+#: (columns first, grid offset 1, rescaled onto the pretraining grid), a LayerNorm before the blocks and no patch
+#: bias, LayerNorm eps 1e-5. Core: attention-pooled (8 heads) then projected by ``head``; spatial and lang: the
+#: tokens after the last block, no final norm. The gigantic ones have no class token. As Eva, the attention pool
+#: reads every token, the class token too.
+_PE = dict(
+    eva_names=True,
+    attn_type="rope",
+    pre_norm=True,
+    rope_type="cat",
+    rope_grid_offset=1.0,
+    rope_grid_indexing="xy",
+    norm_eps=1e-5,
+)
+_PE_CORE = dict(global_pool="map", pool_include_prefix=True, attn_pool_num_heads=8, attn_pool_mlp_ratio=4.0)
+_PE_DENSE = dict(global_pool="avg", fc_norm=False, final_norm=False)
+_PE_G = dict(embed_dim=1536, depth=50, num_heads=16, mlp_ratio=8960 / 1536, class_token=False, rope_grid_offset=0.0)
+PE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "scratch_pe_core_t16": (
+        "vit_pe_core_tiny_patch16_384",
+        dict(**_TI, patch_size=16, img_size=384, ref_feat_shape=(24, 24), **_PE_CORE),
+    ),
+    "scratch_pe_core_s16": (
+        "vit_pe_core_small_patch16_384",
+        dict(**_S, patch_size=16, img_size=384, ref_feat_shape=(24, 24), **_PE_CORE),
+    ),
+    "scratch_pe_core_b16": (
+        "vit_pe_core_base_patch16_224",
+        dict(**_B, patch_size=16, img_size=224, ref_feat_shape=(14, 14), **_PE_CORE),
+    ),
+    "scratch_pe_core_l14": (
+        "vit_pe_core_large_patch14_336",
+        dict(**_L, patch_size=14, img_size=336, ref_feat_shape=(24, 24), **_PE_CORE),
+    ),
+    "scratch_pe_core_g14": (
+        "vit_pe_core_gigantic_patch14_448",
+        dict(**_PE_G, patch_size=14, img_size=448, ref_feat_shape=(32, 32), **_PE_CORE),
+    ),
+    "scratch_pe_spatial_t16": (
+        "vit_pe_spatial_tiny_patch16_512",
+        dict(**_TI, patch_size=16, img_size=512, ref_feat_shape=(32, 32), **_PE_DENSE),
+    ),
+    "scratch_pe_spatial_s16": (
+        "vit_pe_spatial_small_patch16_512",
+        dict(**_S, patch_size=16, img_size=512, ref_feat_shape=(32, 32), **_PE_DENSE),
+    ),
+    "scratch_pe_spatial_b16": (
+        "vit_pe_spatial_base_patch16_512",
+        dict(**_B, patch_size=16, img_size=512, ref_feat_shape=(32, 32), **_PE_DENSE),
+    ),
+    "scratch_pe_spatial_l14": (
+        "vit_pe_spatial_large_patch14_448",
+        dict(**_L, patch_size=14, img_size=448, ref_feat_shape=(32, 32), **_PE_DENSE),
+    ),
+    "scratch_pe_spatial_g14": (
+        "vit_pe_spatial_gigantic_patch14_448",
+        dict(**_PE_G, patch_size=14, img_size=448, ref_feat_shape=(32, 32), init_values=0.1, **_PE_DENSE),
+    ),
+    "scratch_pe_lang_l14": (
+        "vit_pe_lang_large_patch14_448",
+        dict(_L, depth=23, patch_size=14, img_size=448, ref_feat_shape=(32, 32), init_values=0.1, **_PE_DENSE),
+    ),
+    "scratch_pe_lang_g14": (
+        "vit_pe_lang_gigantic_patch14_448",
+        dict(_PE_G, depth=47, patch_size=14, img_size=448, ref_feat_shape=(32, 32), init_values=0.1, **_PE_DENSE),
+    ),
+}
 #: every variant that is timm's model of another name than its classic ``vit_*``: ours -> timm's
-TIMM_NAMES: dict[str, str] = {**DINOV3_TIMM_NAMES, **DINOV2_TIMM_NAMES, **SIGLIP_TIMM_NAMES}
+TIMM_NAMES: dict[str, str] = {
+    **DINOV3_TIMM_NAMES,
+    **DINOV2_TIMM_NAMES,
+    **SIGLIP_TIMM_NAMES,
+    **{name: timm_name for name, (timm_name, _) in {**EVA02_VARIANTS, **PE_VARIANTS}.items()},
+}
 
 
 #: Architecture of every registered variant (model kwargs before user overrides).
@@ -161,6 +271,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     **{name: _dinov3(name) for name in DINOV3_TIMM_NAMES},
     **{name: _dinov2(name) for name in DINOV2_TIMM_NAMES},
     **{name: {**_SIGLIP, **args} for name, (_, args) in SIGLIP_VARIANTS.items()},
+    **{name: {**_EVA02, **args} for name, (_, args) in EVA02_VARIANTS.items()},
+    **{name: {**_PE, **args} for name, (_, args) in PE_VARIANTS.items()},
 }
 
 
@@ -213,6 +325,15 @@ def _dinov2_cfg() -> dict[str, Any]:
     )
 
 
+def _timm_model_cfg(timm_name: str) -> dict[str, Any]:
+    """timm's default cfg of ``timm_name`` for what a cfg without weights says: classifier, input size,
+    preprocessing (the weights and their license come with each tag)."""
+    cfg = get_pretrained_cfg(timm_name)
+    assert cfg is not None, timm_name
+    fields = ("num_classes", "input_size", "crop_pct", "interpolation", "mean", "std", "fixed_input_size")
+    return _vit_cfg(**{field: getattr(cfg, field) for field in fields})
+
+
 def _pretrained_cfg(name: str) -> dict[str, Any]:
     if name.startswith("scratch_dinov3_"):
         return _dinov3_cfg()
@@ -221,6 +342,8 @@ def _pretrained_cfg(name: str) -> dict[str, Any]:
     if name in SIGLIP_VARIANTS:  # the image tower alone: no classifier, at its own resolution
         size = ARCHITECTURES[name].get("img_size", 224)
         return _vit_cfg(num_classes=0, input_size=(3, size, size))
+    if name in EVA02_VARIANTS or name in PE_VARIANTS:  # timm's own cfg of the model: classifier, input, mean/std
+        return _timm_model_cfg(TIMM_NAMES[name])
     if name.startswith("scratch_deit_"):
         return _deit_cfg()
     if name.endswith("_in21k"):
@@ -733,3 +856,128 @@ def scratch_siglip_so400m14(pretrained: bool = False, **kwargs: Any) -> VisionTr
 @register_model
 def scratch_siglip_so400m14_378(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_siglip_so400m14_378", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_g14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_g14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_dinov2_g14_reg4(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_dinov2_g14_reg4", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_t14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_t14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_s14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_s14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_b14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_b14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_l14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_l14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_t14_336(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_t14_336", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_s14_336(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_s14_336", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_b14_448(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_b14_448", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_l14_448(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_l14_448", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_b16_clip(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_b16_clip", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_l14_clip(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_l14_clip", pretrained, **kwargs)
+
+
+@register_model
+def scratch_eva02_l14_clip_336(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_eva02_l14_clip_336", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_core_t16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_core_t16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_core_s16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_core_s16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_core_b16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_core_b16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_core_l14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_core_l14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_core_g14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_core_g14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_spatial_t16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_spatial_t16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_spatial_s16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_spatial_s16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_spatial_b16(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_spatial_b16", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_spatial_l14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_spatial_l14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_spatial_g14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_spatial_g14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_lang_l14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_lang_l14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_pe_lang_g14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_pe_lang_g14", pretrained, **kwargs)

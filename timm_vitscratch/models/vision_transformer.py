@@ -12,11 +12,11 @@ from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
-from ..choices import GLOBAL_POOLS, POS_EMBEDS, ROPE_TYPES
+from ..choices import ATTN_TYPES, GLOBAL_POOLS, POS_EMBEDS, ROPE_TYPES
 from ..errors import NaFlexBatchError
 from ..private_api import record_input_size
 from . import intermediates, naflex, naflex_batch, pooling, storage
-from .attention import Attention, AttentionPool, check_attn_impl
+from .attention import Attention, AttentionPool, check_attn_impl, qkv_form
 from .block import Block
 from .checkpoint_filter import load_pretrained, remap_on_load
 from .layers import (
@@ -28,13 +28,14 @@ from .layers import (
     resolve_act_layer,
     resolve_norm_eps,
     sincos_2d_pos_embed,
+    to_2tuple,
 )
 from .naflex_batch import NaFlexBatch, NaFlexSpec
 from .packing import PackedSegments, segments_of
 from .patch_embed import PatchEmbed
 from .position import position_encoding
-from .rotary import DinoV3Rotary, with_prefix_rows
-from .weight_init import apply_init, check_weight_init, scheme
+from .rotary import rotary_position, with_prefix_rows
+from .weight_init import apply_init, check_weight_init, init_eva, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
@@ -125,6 +126,14 @@ class VisionTransformer(nn.Module):
         rope_type: str = "",
         rope_temperature: float = 10000.0,
         rope_grid_offset: float = 0.0,
+        rope_grid_indexing: str = "ij",
+        ref_feat_shape: int | tuple[int, int] | None = None,
+        qkv_fused: bool = True,
+        attn_type: str = "eva",
+        scale_mlp: bool = False,
+        scale_attn_inner: bool = False,
+        attn_pool_num_heads: int | None = None,
+        attn_pool_mlp_ratio: float | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -177,11 +186,21 @@ class VisionTransformer(nn.Module):
                 the blocks' ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias``, no key bias; no
                 ``patch_drop`` / ``pre_logits`` modules when they would do nothing), and with ``weight_init=''``
                 its init (tokens N(0, .02), the residual projections scaled down by depth, a head scaled by 1e-3).
-            swiglu_mlp: The blocks' MLP is timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``, ``fc2``) instead of GELU.
+            swiglu_mlp: The blocks' MLP is a SwiGLU instead of GELU: timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``,
+                ``fc2``) when aligned or with ``scale_mlp``, else its packed form (``fc1`` of twice the width).
             swiglu_align_to: Round the SwiGLU hidden width up to a multiple of this (0: as mlp_ratio gives it).
-            rope_type: Rotary position in attention: 'dinov3' (models/rotary.py), or '' for none.
+            rope_type: Rotary position in attention: 'dinov3' or 'cat' (axial; models/rotary.py), or '' for none.
             rope_temperature: The rotary periods' base.
             rope_grid_offset: Added to every patch coordinate before the rotary angles.
+            rope_grid_indexing: Axial rotary channel order: 'ij' rows first, 'xy' columns first.
+            ref_feat_shape: Axial rotary reference grid (rows, columns): coordinates are rescaled onto it.
+            qkv_fused: One qkv projection; False: Eva's ``q_proj`` / ``k_proj`` / ``v_proj`` (needs eva_names).
+            attn_type: With eva_names, the attention's layout as timm's ``Eva`` names it: 'eva' (``q_bias`` /
+                ``v_bias``) or 'rope' (``AttentionRope``: the bias inside ``qkv``).
+            scale_mlp: A LayerNorm inside each MLP, before fc2 (EVA02's).
+            scale_attn_inner: A LayerNorm on the attention's merged heads, before proj (EVA02-CLIP's).
+            attn_pool_num_heads: Heads of the attention pool; None: num_heads.
+            attn_pool_mlp_ratio: MLP ratio of the attention pool; None: mlp_ratio.
             device: Where the tensors are made (timm's factory argument); 'meta' builds without storage.
             dtype: dtype of the tensors (timm's factory argument).
         """
@@ -200,6 +219,9 @@ class VisionTransformer(nn.Module):
             weight_init=weight_init,
             reg_tokens=reg_tokens,
             rope_type=rope_type,
+            eva_names=eva_names,
+            qkv_fused=qkv_fused,
+            attn_type=attn_type,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
@@ -257,10 +279,13 @@ class VisionTransformer(nn.Module):
         self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim)
         self.pos_drop = nn.Dropout(pos_drop_rate)
         # rotary position for attention (timm's ``rope`` module); the prefix tokens are not rotated
-        self.rope = (
-            DinoV3Rotary(embed_dim // num_heads, temperature=rope_temperature, grid_offset=rope_grid_offset)
-            if rope_type == "dinov3"
-            else None
+        self.rope = rotary_position(
+            rope_type,
+            embed_dim // num_heads,
+            temperature=rope_temperature,
+            grid_offset=rope_grid_offset,
+            grid_indexing=rope_grid_indexing,
+            ref_feat_shape=None if ref_feat_shape is None else to_2tuple(ref_feat_shape, "ref_feat_shape"),
         )
         self.patch_drop: nn.Module | None = (
             PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
@@ -291,8 +316,12 @@ class VisionTransformer(nn.Module):
                     qk_scale=qk_scale,
                     attn_impl=self.attn_impl,
                     eva_names=eva_names,
+                    qkv_form=qkv_form(eva_names, qkv_fused, attn_type),
+                    rope_interleaved=rope_type == "cat",
                     swiglu_mlp=swiglu_mlp,
                     swiglu_align_to=swiglu_align_to,
+                    scale_mlp=scale_mlp,
+                    scale_attn_inner=scale_attn_inner,
                     **dd,
                 )
                 for rate in rates
@@ -308,8 +337,8 @@ class VisionTransformer(nn.Module):
         self.attn_pool = (
             AttentionPool(
                 embed_dim,
-                num_heads=num_heads,
-                mlp_ratio=mlp_ratio,
+                num_heads=attn_pool_num_heads or num_heads,
+                mlp_ratio=attn_pool_mlp_ratio or mlp_ratio,
                 norm_layer=norm,
                 act_layer=mlp_act,
                 attn_impl=self.attn_impl,
@@ -350,6 +379,9 @@ class VisionTransformer(nn.Module):
         weight_init: str,
         reg_tokens: int,
         rope_type: str,
+        eva_names: bool,
+        qkv_fused: bool,
+        attn_type: str,
     ) -> None:
         """Refuse option values and combinations the model cannot build, before anything is built."""
         if num_classes < 0:
@@ -367,6 +399,10 @@ class VisionTransformer(nn.Module):
                 f"rotary position needs a head width (embed_dim / num_heads) divisible by 4, got {embed_dim // num_heads}"
             )
         check_weight_init(weight_init)
+        if attn_type not in ATTN_TYPES:
+            raise ValueError(f"attn_type must be one of {ATTN_TYPES}, got {attn_type!r}")
+        if not qkv_fused and not eva_names:
+            raise ValueError("qkv_fused=False is timm Eva's layout (q_proj, k_proj, v_proj): it needs eva_names=True")
         if reg_tokens < 0:
             raise ValueError(f"reg_tokens must be >= 0, got {reg_tokens}")
         if distilled and representation_size:
@@ -412,7 +448,7 @@ class VisionTransformer(nn.Module):
         own tensors, then the layers; for timm's Eva the layers first, then its own tensors and its rescaling."""
         init = scheme(self.weight_init_mode, self.num_classes)
         if self._eva_init():
-            apply_init(init, self, needs_reset, only=only)
+            apply_init(init_eva, self, needs_reset, only=only)
             self._init_own_tensors(only=only)
             self._eva_rescale(only=only)
             return

@@ -55,6 +55,16 @@ def init_timm(module: nn.Module, role: str = "", needs_reset: bool = True) -> No
         _own_init(module, needs_reset)
 
 
+def init_eva(module: nn.Module, role: str = "", needs_reset: bool = True) -> None:
+    """timm ``Eva``'s pass (its default init): every Linear N(0, .02) truncated, zero bias; any other layer its
+    ``reset_parameters()`` when asked (``needs_reset``), never ``init_weights()``, which Eva does not call."""
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=0.02)
+        _zero_bias(module)
+    else:
+        reset_parameters(module, role, needs_reset)
+
+
 def init_jax(module: nn.Module, role: str = "", needs_reset: bool = True, head_bias: float = 0.0) -> None:
     """``'jax'`` (the original Flax ViT's): Linear Xavier-uniform with zero bias, except MLP biases
     N(0, 1e-6) and the head, zero with bias ``head_bias``; the patch Conv2d lecun normal."""

@@ -191,7 +191,7 @@ def siglip_config(arch: Arch, siglip2: bool) -> Any:
     if arch.num_heads is None:
         raise ConversionError("the head count is unknown: pass --num-heads")
     act = arch.options.get("act_layer") or "gelu"
-    common = dict(
+    common: dict[str, Any] = dict(
         hidden_size=arch.embed_dim,
         intermediate_size=arch.mlp_hidden,
         num_hidden_layers=arch.depth,

@@ -213,6 +213,38 @@ def test_a_siglip_model_exports_as_siglip2_and_gives_siglip_outputs(tmp_path):
     assert diff.item() <= TOL
 
 
+def test_a_bare_state_dict_with_the_older_prefix_assumes_the_config_classes_defaults(tmp_path):
+    """``vision_model.`` names (older files) and no config.json: heads, tanh GELU and eps 1e-6 are assumed, and said."""
+    source = siglip()
+    state = {f"vision_model.{k}": v.contiguous() for k, v in source.state_dict().items() if "position_ids" not in k}
+    save_file(state, str(tmp_path / "siglip.safetensors"))
+    result = convert(tmp_path / "siglip.safetensors", tmp_path / "out", num_heads=4)
+    assert result.assumed == {"act_layer": "gelu_tanh", "norm_eps": 1e-6}
+    assert max(diffs(source, ours_from(tmp_path / "out"), SQUARE)) <= TOL
+    with pytest.raises(ConversionError, match="--strict: nothing records act_layer=gelu_tanh, norm_eps=1e-06"):
+        convert(tmp_path / "siglip.safetensors", tmp_path / "strict", num_heads=4, strict=True)
+
+
+def test_a_tower_without_a_head_pools_by_the_mean_and_exports_without_one(tmp_path):
+    """``vision_use_head: false`` (no MAP head): timm's ``_gap`` SigLIP, the mean of the tokens after the final norm."""
+    source = siglip2(vision_use_head=False)
+    source.save_pretrained(tmp_path / "hf")
+    result = convert(tmp_path / "hf", tmp_path / "out", verify=True, strict=True)
+    assert result.model_args == {**MODEL_ARGS, "global_pool": "avg", "fc_norm": False}
+    ours, x = ours_from(tmp_path / "out"), images(SQUARE)
+    with torch.no_grad():
+        tokens = source(**siglip2_inputs(x, PATCH)).last_hidden_state
+        assert (tokens - ours.forward_features(x)).abs().max().item() <= TOL
+        assert (tokens.mean(dim=1) - ours(x)).abs().max().item() <= TOL
+    assert export(tmp_path / "out", "transformers", tmp_path / "hf2").notes == [
+        "this model has no MAP head: the Siglip2VisionModel is written without one"
+    ]
+    back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
+    assert not back.config.vision_use_head
+    with torch.no_grad():
+        assert (back(**siglip2_inputs(x, PATCH)).last_hidden_state - tokens).abs().max().item() == 0
+
+
 def test_the_license_travels_with_the_export_as_for_dinov3(tmp_path):
     """SigLIP's weights are Apache-2.0 (no text need travel); a license whose text must travel goes into the export."""
     siglip2().save_pretrained(tmp_path / "hf")

@@ -89,7 +89,9 @@ def meta_output(rule: Rule, checkpoint: Checkpoint, target: str) -> torch.Tensor
         raise ConversionError(f"cannot make {target!r} from {shapes}: the shapes do not fit ({err})") from None
 
 
-def _resampler(fmt: SourceFormat, arch: Arch, img_size: tuple[int, int]) -> Callable[[torch.Tensor], torch.Tensor]:
+def _resampler(
+    fmt: SourceFormat, checkpoint: Checkpoint, arch: Arch, img_size: tuple[int, int]
+) -> Callable[[torch.Tensor], torch.Tensor]:
     grid = [img_size[0] // arch.patch_size, img_size[1] // arch.patch_size]
 
     def resample(pos: torch.Tensor) -> torch.Tensor:
@@ -98,7 +100,7 @@ def _resampler(fmt: SourceFormat, arch: Arch, img_size: tuple[int, int]) -> Call
             new_size=grid,
             old_size=list(arch.grid),
             num_prefix_tokens=arch.pos_prefix_tokens,
-            **fmt.resample.kwargs(),
+            **fmt.resample_of(checkpoint).kwargs(),
         )
 
     return resample
@@ -210,7 +212,7 @@ def plan_conversion(
             missing.extend([s for s in rule.sources if s not in keys] if rule else [target])
             continue
         if target == "pos_embed" and tuple(target_size) != tuple(arch.img_size):
-            rule = rule.then(_resampler(fmt, arch, target_size))
+            rule = rule.then(_resampler(fmt, checkpoint, arch, target_size))
         out = meta_output(rule, checkpoint, target)
         if not out.dtype.is_floating_point:
             raise ConversionError(

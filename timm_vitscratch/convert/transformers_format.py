@@ -17,6 +17,7 @@ from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap
 from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
 from ..layouts.transformers_dinov3 import dinov3_export_map, is_dinov3
+from ..layouts.transformers_siglip import is_siglip, siglip2_export_map
 from ..models.architecture import Arch
 from ..models.layers import to_2tuple
 from ..models.model_args import check_option
@@ -29,6 +30,15 @@ from .transformers_dinov3 import (
     dinov3_recorded,
     dinov3_reference,
     quiet_transformers,
+)
+from .transformers_siglip import (
+    is_siglip_args,
+    is_siglip_shapes,
+    siglip2_export_config,
+    siglip_hints,
+    siglip_options,
+    siglip_recorded,
+    siglip_reference,
 )
 
 #: transformers' own ViTConfig default; a bare state dict without config.json was made with it
@@ -45,11 +55,15 @@ class TransformersFormat(TransformersLayout, SourceFormat):
     export_directory = True  # DINOv3ViTModel: config.json + model.safetensors, for AutoModel.from_pretrained
 
     def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+        if is_siglip_shapes(shapes):
+            return siglip_options(shapes)
         return dinov3_options(shapes) if has_eva_names(shapes) else {}
 
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         if is_dinov3(keys):
             return dinov3_hints(checkpoint, keys, self.depth(keys))
+        if is_siglip(keys):
+            return siglip_hints(checkpoint, keys, self.depth(keys))
         config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
         if config.get("hidden_act", "gelu") != "gelu" or config.get("pooler_act", "tanh") != "tanh":
             raise ConversionError(
@@ -72,6 +86,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
     def recorded_facts(self, checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
         if is_dinov3(set(checkpoint.keys())):
             return dinov3_recorded(checkpoint, hints)
+        if is_siglip(set(checkpoint.keys())):
+            return siglip_recorded(checkpoint, hints)
         # with a config.json, activation and eps are its own (or ViTConfig's defaults, which transformers builds);
         # without one, even the eps hint is only transformers' default, assumed
         if "model_type" not in checkpoint.side_config:
@@ -93,6 +109,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         keys = set(checkpoint.keys())
         if is_dinov3(keys):
             return dinov3_reference(checkpoint, spec)
+        if is_siglip(keys):
+            return siglip_reference(checkpoint, spec)
         arch = spec.arch
         prefix = model_prefix(keys)
         cls: type[transformers.PreTrainedModel]
@@ -134,11 +152,15 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         ]
         return Reference(classifier_input(model, heads, forward), forward, description)
 
-    # --- export: DINOv3 only (a DINOv3ViTModel directory) ---------------------------------------------------
+    # --- export: a DINOv3ViTModel or (SigLIP) Siglip2VisionModel directory ---------------------------------------------------
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
+        if "cls_token" not in keys:
+            return siglip2_export_map(arch.depth, "attn_pool.latent" in keys)
         return dinov3_export_map(arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys)
 
     def export_config(self, arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
+        if is_siglip_args(args):
+            return siglip2_export_config(arch, args)
         return dinov3_export_config(arch, args)
 
     @staticmethod

@@ -31,6 +31,10 @@ class Layout:
     example_keys: tuple[str, ...] = ()
     resample = Resample()
 
+    def resample_of(self, checkpoint: Checkpoint) -> Resample:
+        """How this checkpoint's library resamples its table: the layout's, unless a model kind of it differs."""
+        return self.resample
+
     def detect(self, keys: set[str]) -> bool:
         raise NotImplementedError
 

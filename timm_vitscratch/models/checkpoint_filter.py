@@ -59,13 +59,16 @@ def _fresh(like: torch.Tensor, name: str) -> torch.Tensor:
     return tensor
 
 
-def _resample_pos_embed(value: torch.Tensor, model: Any, fmt: Layout) -> torch.Tensor:
+def _resample_pos_embed(value: torch.Tensor, model: Any, fmt: Layout, checkpoint: StateDictCheckpoint) -> torch.Tensor:
     # ``model``: our VisionTransformer, whose module imports this one, so the type cannot be named here
     from timm.layers import resample_abs_pos_embed
 
     prefix = 0 if getattr(model, "no_embed_class", False) else model.num_prefix_tokens
     return resample_abs_pos_embed(
-        value, new_size=list(model.patch_embed.grid_size), num_prefix_tokens=prefix, **fmt.resample.kwargs()
+        value,
+        new_size=list(model.patch_embed.grid_size),
+        num_prefix_tokens=prefix,
+        **fmt.resample_of(checkpoint).kwargs(),
     )
 
 
@@ -101,7 +104,7 @@ def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dic
             continue
         value = rule.op(*[checkpoint.tensor(s) for s in rule.sources])
         if target == "pos_embed" and value.shape != own[target].shape:
-            value = _resample_pos_embed(value, model, fmt)
+            value = _resample_pos_embed(value, model, fmt, checkpoint)
         out[target] = value
         used.update(rule.sources)
     unmatched = sorted(keys - used - head_sources)

@@ -317,3 +317,9 @@ def test_tag_loads_timms_file_offline_and_the_license_travels(
         f"{tag} from timm's cached file ({repo_id}): vs timm's {timm_tag} {diff:.1e}, from its directory {reloaded:.1e}"
     )
     assert diff <= TOL and reloaded <= TOL
+
+
+def test_an_unknown_resize_mode_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError) as caught:
+        VisionTransformer(img_size=32, patch_size=16, embed_dim=64, depth=1, num_heads=2, pos_embed_interp_mode="area")
+    assert str(caught.value) == "pos_embed_interp_mode must be one of ('bicubic', 'bilinear'), got 'area'"

@@ -140,6 +140,9 @@ TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_pe_lang_l14.fb_tiling": "vit_pe_lang_large_patch14_448.fb_tiling",
     "scratch_pe_lang_g14.fb": "vit_pe_lang_gigantic_patch14_448.fb",
     "scratch_pe_lang_g14.fb_tiling": "vit_pe_lang_gigantic_patch14_448.fb_tiling",
+    # SigLIP 2 NaFlex image towers (Google's big_vision weights, Apache-2.0), in timm's NaFlexVit names
+    "scratch_siglip2_b16_naflex.v2_webli": "naflexvit_base_patch16_siglip.v2_webli",
+    "scratch_siglip2_so400m16_naflex.v2_webli": "naflexvit_so400m_patch16_siglip.v2_webli",
 }
 
 TORCHVISION_TAGS: dict[str, tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)

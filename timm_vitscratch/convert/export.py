@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +114,8 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
     out_dtype = parse_dtype(dtype)
     config, model, weights = _load_model_dir(model_dir)
     name = config["architecture"]
-    arch = describe_model(model)
     args = {**variant_args(name), **(config.get("model_args") or {})}
+    arch = replace(describe_model(model), options=args)  # its options: what the target's key map may ask
     if fmt.export_directory:
         target_config, notes = fmt.export_config(arch, args)
     else:

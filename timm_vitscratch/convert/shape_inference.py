@@ -177,8 +177,8 @@ def _same(a: Any, b: Any) -> bool:
 
 #: options that set a model family apart (a DINOv3 checkpoint becomes a DINOv3 variant, a classic one a classic)
 FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed", "class_token")
-#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases)
-VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias")
+#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases, registers)
+VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias", "reg_tokens")
 
 
 def _differs(spec: Mapping[str, Any], arch: Arch, options: tuple[str, ...]) -> int:

@@ -47,6 +47,8 @@ FORMS: dict[str, tuple[Any, Any, dict[str, Any], str]] = {
         {"num_register_tokens": 4},
         "scratch_dinov2_s14_reg4",
     ),
+    # Dinov2SwiGLUFFN: 176 wide at width 64 (the giant's form); the closest variant by depth, packed SwiGLU
+    "swiglu": (transformers.Dinov2Config, transformers.Dinov2Model, {"use_swiglu_ffn": True}, "scratch_dinov2_s14"),
 }
 
 
@@ -109,7 +111,7 @@ def test_conversion_at_a_non_square_size_resamples_as_transformers(tmp_path, for
 
 def test_the_dynamic_size_path_equals_the_registers_model_and_not_dinov2model(tmp_path):
     """Ours resamples at run time as timm does (bicubic, antialiased): Dinov2WithRegistersModel's way, not
-    Dinov2Model's (no antialiasing). The difference is the resampling's, and docs/conversion.md states it."""
+    Dinov2Model's (no antialiasing, either MLP). The difference is the resampling's; docs/conversion.md says so."""
     found = {}
     for form in FORMS:
         hf = saved(form, tmp_path / form / "hf")
@@ -117,7 +119,7 @@ def test_the_dynamic_size_path_equals_the_registers_model_and_not_dinov2model(tm
         found[form] = diffs(hf, ours_from(tmp_path / form / "out", dynamic_img_size=True), NON_SQUARE)[0]
         print(f"dynamic_img_size at {NON_SQUARE[0]}x{NON_SQUARE[1]}, {form}: last_hidden_state {found[form]:.2e}")
     assert found["reg4"] <= TOL
-    assert found["plain"] > 1e-3
+    assert found["plain"] > 1e-3 and found["swiglu"] > 1e-3
 
 
 def test_transformers_5_module_names_convert_too(tmp_path):
@@ -239,6 +241,29 @@ def test_round_trip_ours_transformers_ours(tmp_path, capsys, form):
     assert max(steps.values()) <= TOL
 
 
+def test_timms_giant_goes_to_transformers_swiglu_model_through_ours(tmp_path):
+    """timm's ``vit_giant_patch14_dinov2`` (SwiGLUPacked) -> ours -> transformers' Dinov2Model with
+    ``use_swiglu_ffn``: the giant's MLP width (embed_dim x 2.66667) is Dinov2SwiGLUFFN's at mlp_ratio 4, and
+    transformers gives timm's outputs."""
+    timm_giant = perturbed(
+        timm.create_model("vit_giant_patch14_dinov2", embed_dim=96, depth=2, num_heads=4, img_size=SIZE)
+    )
+    save_file(timm_giant.state_dict(), str(tmp_path / "giant.safetensors"))
+    result = convert(tmp_path / "giant.safetensors", tmp_path / "ours", num_heads=4, verify=True)
+    assert result.verification.passed and result.model_args["swiglu_mlp"] is True
+    export(tmp_path / "ours", "transformers", tmp_path / "hf")
+    assert {k: config_of(tmp_path / "hf")[k] for k in ("use_swiglu_ffn", "mlp_ratio")} == {
+        "use_swiglu_ffn": True,
+        "mlp_ratio": 4,
+    }
+    hf = transformers.Dinov2Model.from_pretrained(tmp_path / "hf").eval()
+    x = images(SIZE)
+    with torch.no_grad():
+        diff = max_diff(hf(pixel_values=x).last_hidden_state, timm_giant.forward_features(x))
+    print(f"timm giant -> ours -> transformers (use_swiglu_ffn): last_hidden_state against timm {diff:.2e}")
+    assert diff <= TOL
+
+
 def test_export_refuses_what_dinov2model_cannot_hold(tmp_path):
     classifier = timm.create_model("scratch_dinov2_s14", embed_dim=64, depth=2, num_heads=4, img_size=56, num_classes=5)
     save_model_directory(classifier, tmp_path / "classifier")
@@ -250,6 +275,11 @@ def test_export_refuses_what_dinov2model_cannot_hold(tmp_path):
     save_model_directory(pooled, tmp_path / "pooled")
     with pytest.raises(ConversionError, match=r"no place for a norm after pooling \(fc_norm\)"):
         export(tmp_path / "pooled", "transformers", tmp_path / "hf")
+    # the giant's ratio at width 64 gives 170, and Dinov2SwiGLUFFN's widths are multiples of 8
+    giant = timm.create_model("scratch_dinov2_g14", embed_dim=64, depth=2, num_heads=4, img_size=56, num_classes=0)
+    save_model_directory(giant, tmp_path / "giant")
+    with pytest.raises(ConversionError, match=r"none gives this model's 170 at width 64"):
+        export(tmp_path / "giant", "transformers", tmp_path / "hf")
     vit = timm.create_model("scratch_vit_ti16", img_size=32, patch_size=8, depth=2, num_classes=0)
     save_model_directory(vit, tmp_path / "vit")
     with pytest.raises(ConversionError, match=r"this model is not DINOv3 \(rotary position\) nor DINOv2"):

@@ -155,14 +155,11 @@ def dinov2_recorded(checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
 
 def dinov2_options(shapes: dict[str, tuple[int, ...]], timm_options: dict[str, Any]) -> dict[str, Any]:
     """The model options of DINOv2 weights in our (timm's) names: timm's reading of the shapes
-    (``timm_options``), with the registers' table said outright (patches only) rather than guessed from its
-    length, and the packed SwiGLU told by its ``fc1`` (gate and value rows) being twice ``fc2``'s input."""
+    (``timm_options``: LayerScale, the packed SwiGLU ...), with the registers' table said outright (patches
+    only) rather than guessed from its length, which a 3x3 grid with 4 registers would get wrong."""
     options = {k: v for k, v in timm_options.items() if k != "no_embed_class"}
     if "reg_token" in shapes:
         options["no_embed_class"] = True
-    fc1, fc2 = shapes.get("blocks.0.mlp.fc1.weight"), shapes.get("blocks.0.mlp.fc2.weight")
-    if fc1 and fc2 and fc1[0] == 2 * fc2[1]:
-        options["swiglu_mlp"] = True
     return options
 
 

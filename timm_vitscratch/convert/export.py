@@ -1,5 +1,5 @@
 """``export()``: a scratch model directory -> a stock timm / torchvision state dict, Google's JAX ``.npz``, or a
-transformers ``DINOv3ViTModel`` directory."""
+transformers ``DINOv3ViTModel`` or ``Dinov2Model`` directory."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def _failed_write(err: BaseException) -> OSError | None:
 
 def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype | None = None) -> ExportResult:
     """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision), ``.npz`` (jax), or
-    model directory (transformers: ``config.json`` + ``model.safetensors``, a DINOv3ViTModel).
+    model directory (transformers: ``config.json`` + ``model.safetensors``, a DINOv3ViTModel or Dinov2Model).
 
     A file's format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
     a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory. ``out`` is

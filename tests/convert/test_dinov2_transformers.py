@@ -178,6 +178,27 @@ def test_a_config_that_disagrees_with_the_weights_is_one_error_before_anything_i
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("embeddings.position_embeddings", r"missing key: 'embeddings.position_embeddings'"),
+        ("encoder.layer.0.mlp.fc2.weight", r"missing key: 'encoder.layer.0.mlp.fc2.weight'"),
+        ("embeddings.patch_embeddings.projection.weight", r"projection.weight' has shape \(64, 588\); expected 4"),
+    ],
+)
+def test_a_damaged_checkpoint_is_one_clear_error(tmp_path, damage, problem):
+    """A tensor missing or of the wrong rank, read before the key map: an error naming it, not a crash."""
+    saved("plain", tmp_path / "hf")
+    state = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    if damage.endswith("projection.weight"):
+        state[damage] = state[damage].flatten(1).contiguous()
+    else:
+        del state[damage]
+    save_file(state, str(tmp_path / "hf" / "model.safetensors"))
+    with pytest.raises(ConversionError, match=problem):
+        convert(tmp_path / "hf", tmp_path / "out")
+
+
 def test_registers_config_against_plain_weights_is_refused(tmp_path):
     saved("reg4", tmp_path / "hf")
     config = config_of(tmp_path / "hf")

@@ -92,6 +92,16 @@ def _config_of(checkpoint: Checkpoint, registers: bool) -> dict[str, Any]:
     return side
 
 
+def _shape(checkpoint: Checkpoint, key: str, dims: int) -> tuple[int, ...]:
+    """The shape of ``key``, which must be present with ``dims`` dimensions (read before the key map checks)."""
+    if key not in checkpoint:
+        raise ConversionError(f"missing key: {key!r}, which every Dinov2Model has", checkpoint.path)
+    shape = tuple(checkpoint.shape(key))
+    if len(shape) != dims:
+        raise ConversionError(f"{key!r} has shape {shape}; expected {dims} dimensions", checkpoint.path)
+    return shape
+
+
 def dinov2_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str, Any]:
     """Heads, eps and image size from a Dinov2Config beside the weights, every field it states checked against
     them first."""
@@ -105,15 +115,15 @@ def dinov2_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str
         )
     layer = LAYER.format(0)
     names, (_, swiglu_out) = (CURRENT_NAMES, CURRENT_SWIGLU) if is_current(keys) else (HUB_NAMES, HUB_SWIGLU)
-    stem = checkpoint.shape(STEM)
-    table = checkpoint.shape("embeddings.position_embeddings")
-    hidden = checkpoint.shape(f"{layer}{swiglu_out if swiglu else 'mlp.fc2'}.weight")[1]
+    stem = _shape(checkpoint, STEM, 4)
+    table = _shape(checkpoint, "embeddings.position_embeddings", 3)
+    hidden = _shape(checkpoint, f"{layer}{swiglu_out if swiglu else 'mlp.fc2'}.weight", 2)[1]
     found: dict[str, Any] = {
         "num_hidden_layers": depth,
         "hidden_size": stem[0],
         "num_channels": stem[1],
         "patch_size": (stem[2], stem[3]),
-        "num_register_tokens": checkpoint.shape("embeddings.register_tokens")[1] if registers else 0,
+        "num_register_tokens": _shape(checkpoint, "embeddings.register_tokens", 3)[1] if registers else 0,
         "use_swiglu_ffn": swiglu,
         "qkv_bias": f"{layer}{names['q']}.bias" in keys,
         "use_mask_token": "embeddings.mask_token" in keys,

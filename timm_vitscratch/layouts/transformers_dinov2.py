@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
-from .keymap import KeyMap, Op, Rule, concat_rows, third, weight_and_bias
+from .keymap import KeyMap, Rule, concat_rows, third, weight_and_bias
 from .layout import Resample
 
 #: where a Dinov2Model sits in a state dict: alone, or under its ForImageClassification wrapper
@@ -167,8 +167,7 @@ def dinov2_export_map(keys: set[str], depth: int, packed: bool, fold: bool) -> K
         src, dst = f"blocks.{i}.", LAYER.format(i)
         for part in parts:
             for index, n in enumerate("qkv"):
-                op: Op = third(index)
-                rules[f"{dst}{HUB_NAMES[n]}.{part}"] = Rule((f"{src}attn.qkv.{part}",), op)
+                rules[f"{dst}{HUB_NAMES[n]}.{part}"] = Rule((f"{src}attn.qkv.{part}",), third(index))
         weight_and_bias(rules, dst + HUB_NAMES["o"], src + "attn.proj")
         for name in SAME_NAMES:
             weight_and_bias(rules, dst + name, src + name)

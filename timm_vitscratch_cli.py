@@ -459,7 +459,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     p_export.add_argument(
         "out",
         help="output file: .safetensors or .pth (timm, torchvision), .npz (jax); "
-        "a new or empty directory (transformers: a DINOv3ViTModel, or for SigLIP a Siglip2VisionModel)",
+        "a new or empty directory (transformers: a DINOv3ViTModel, Siglip2VisionModel or Dinov2Model)",
     )
     p_export.add_argument(
         "--dtype", choices=choices.DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)"

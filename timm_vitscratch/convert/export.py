@@ -1,11 +1,11 @@
 """``export()``: a scratch model directory -> a stock timm / torchvision state dict, Google's JAX ``.npz``, or a
-transformers ``DINOv3ViTModel`` directory."""
+transformers ``DINOv3ViTModel`` or ``Dinov2Model`` directory."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ def _failed_write(err: BaseException) -> OSError | None:
 
 def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype | None = None) -> ExportResult:
     """Write a scratch model directory's weights as a ``to`` state dict (timm, torchvision), ``.npz`` (jax), or
-    model directory (transformers: ``config.json`` + ``model.safetensors``, a DINOv3ViTModel).
+    model directory (transformers: ``config.json`` + ``model.safetensors``, a DINOv3ViTModel or Dinov2Model).
 
     A file's format follows ``out``'s suffix: ``.safetensors`` and ``.npz`` are written one tensor at
     a time; ``.pth`` / ``.pt`` / ``.bin`` (``torch.save``) need the whole state dict in memory. ``out`` is
@@ -114,8 +114,8 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
     out_dtype = parse_dtype(dtype)
     config, model, weights = _load_model_dir(model_dir)
     name = config["architecture"]
-    arch = describe_model(model)
     args = {**variant_args(name), **(config.get("model_args") or {})}
+    arch = replace(describe_model(model), options=args)  # its options: what the target's key map may ask
     if fmt.export_directory:
         target_config, notes = fmt.export_config(arch, args)
     else:

@@ -75,10 +75,11 @@ def infer_arch(
             f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for embed_dim {embed_dim}"
         )
     swiglu = bool(options.get("swiglu_mlp"))
-    fc1_key = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
+    packed = swiglu and "blocks.0.mlp.fc1_g.weight" not in shapes  # timm's packed SwiGLU: fc1 is gate and value
+    fc1_key = "blocks.0.mlp.fc1_g.weight" if swiglu and not packed else "blocks.0.mlp.fc1.weight"
     fc1 = _need(shapes, fc1_key, "MLP in block 0", sources)
-    if len(fc1) != 2 or fc1[1] != embed_dim:
-        raise _no_variant(f"MLP input projection is {fc1}, expected (hidden, {embed_dim})")
+    if len(fc1) != 2 or fc1[1] != embed_dim or (packed and fc1[0] % 2):
+        raise _no_variant(f"MLP input projection is {fc1}, expected ({'2 x ' if packed else ''}hidden, {embed_dim})")
     distilled = "dist_token" in shapes
     arch = Arch(
         patch_size=patch_size,
@@ -90,7 +91,7 @@ def infer_arch(
         num_classes=0,
         representation_size=None,
         distilled=distilled,
-        mlp_hidden=fc1[0],
+        mlp_hidden=fc1[0] // 2 if packed else fc1[0],
         norm_eps=hints.get("norm_eps", family_norm_eps(options)),
         options=options,
     )
@@ -177,8 +178,8 @@ def _same(a: Any, b: Any) -> bool:
 
 #: options that set a model family apart (a DINOv3 checkpoint becomes a DINOv3 variant, a classic one a classic)
 FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed", "class_token")
-#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases)
-VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias")
+#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases, registers)
+VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias", "reg_tokens")
 
 
 def _differs(spec: Mapping[str, Any], arch: Arch, options: tuple[str, ...]) -> int:

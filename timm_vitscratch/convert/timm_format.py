@@ -156,6 +156,9 @@ class TimmFormat(TimmLayout, SourceFormat):
             found["qkv_bias"] = False
         if "blocks.0.attn.proj.weight" in shapes and "blocks.0.attn.proj.bias" not in shapes:
             found["proj_bias"] = False
+        fc1, fc2 = shapes.get("blocks.0.mlp.fc1.weight"), shapes.get("blocks.0.mlp.fc2.weight")
+        if fc1 and fc2 and len(fc2) == 2 and fc1[0] == 2 * fc2[1]:  # packed SwiGLU (DINOv2 giant's SwiGLUPacked)
+            found["swiglu_mlp"] = True
         if any(LAYER_SCALE.match(k) for k in shapes) and "init_values" in DEFAULTS:
             found["init_values"] = LAYER_SCALE_INIT
         return {k: v for k, v in found.items() if k in DEFAULTS}
@@ -257,16 +260,21 @@ def timm_vit(cls: Callable[..., M], spec: ReferenceSpec, **options: Any) -> M:
         embed_dim=arch.embed_dim,
         depth=arch.depth,
         num_heads=arch.num_heads,
-        mlp_ratio=arch.mlp_ratio,
-        **options,
+        **{"mlp_ratio": arch.mlp_ratio, **options},
     )
 
 
 def timm_options(arch: Arch) -> dict[str, Any]:
-    """timm VisionTransformer arguments for ``arch``'s options (the names are timm's own) and its LayerNorm eps."""
-    from timm.layers import LayerNorm
+    """timm VisionTransformer arguments for ``arch``'s options (the names are timm's own) and its LayerNorm eps;
+    a packed SwiGLU as timm builds DINOv2 giant's (``SwiGLUPacked``, whose ratio counts both halves of fc1)."""
+    from timm.layers import LayerNorm, SwiGLUPacked
 
-    return {"qkv_bias": True, "norm_layer": partial(LayerNorm, eps=arch.norm_eps), **arch.options}
+    options = {"qkv_bias": True, "norm_layer": partial(LayerNorm, eps=arch.norm_eps), **arch.options}
+    if options.get("swiglu_mlp") and not options.get("swiglu_align_to"):
+        del options["swiglu_mlp"]
+        options.pop("swiglu_align_to", None)
+        options.update(mlp_layer=SwiGLUPacked, act_layer=torch.nn.SiLU, mlp_ratio=2 * arch.mlp_ratio)
+    return options
 
 
 def representation_head(

@@ -16,6 +16,7 @@ from ..errors import ConversionError, ModelArgsError
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap
 from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
+from ..layouts.transformers_dinov2 import dinov2_export_map, is_dinov2
 from ..layouts.transformers_dinov3 import dinov3_export_map, is_dinov3
 from ..layouts.transformers_siglip import is_siglip, siglip2_export_map
 from ..models.architecture import Arch
@@ -23,6 +24,14 @@ from ..models.layers import to_2tuple
 from ..models.model_args import check_option
 from .dinov3 import dinov3_options, has_eva_names
 from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
+from .timm_format import FORMAT as TIMM
+from .transformers_dinov2 import (
+    dinov2_export_config,
+    dinov2_hints,
+    dinov2_options,
+    dinov2_recorded,
+    dinov2_reference,
+)
 from .transformers_dinov3 import (
     VIT_CONFIG_FIELDS,
     dinov3_export_config,
@@ -52,18 +61,24 @@ WHERE = "config.json beside the weights"
 
 class TransformersFormat(TransformersLayout, SourceFormat):
     reference_name = "transformers' model"
-    export_directory = True  # DINOv3ViTModel: config.json + model.safetensors, for AutoModel.from_pretrained
+    export_directory = True  # DINOv3ViTModel / Dinov2Model: config.json + model.safetensors, for AutoModel
 
     def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         if is_siglip_shapes(shapes):
             return siglip_options(shapes)
-        return dinov3_options(shapes) if has_eva_names(shapes) else {}
+        if has_eva_names(shapes):
+            return dinov3_options(shapes)
+        if "blocks.0.ls1.gamma" in shapes:  # DINOv2 (a ViT of transformers has no LayerScale)
+            return dinov2_options(shapes, TIMM.options(shapes))
+        return {}
 
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         if is_dinov3(keys):
             return dinov3_hints(checkpoint, keys, self.depth(keys))
         if is_siglip(keys):
             return siglip_hints(checkpoint, keys, self.depth(keys))
+        if is_dinov2(keys):
+            return dinov2_hints(checkpoint, keys, self.depth(keys))
         config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
         if config.get("hidden_act", "gelu") != "gelu" or config.get("pooler_act", "tanh") != "tanh":
             raise ConversionError(
@@ -88,6 +103,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             return dinov3_recorded(checkpoint, hints)
         if is_siglip(set(checkpoint.keys())):
             return siglip_recorded(checkpoint, hints)
+        if is_dinov2(set(checkpoint.keys())):
+            return dinov2_recorded(checkpoint, hints)
         # with a config.json, activation and eps are its own (or ViTConfig's defaults, which transformers builds);
         # without one, even the eps hint is only transformers' default, assumed
         if "model_type" not in checkpoint.side_config:
@@ -111,6 +128,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             return dinov3_reference(checkpoint, spec)
         if is_siglip(keys):
             return siglip_reference(checkpoint, spec)
+        if is_dinov2(keys):
+            return dinov2_reference(checkpoint, spec)
         arch = spec.arch
         prefix = model_prefix(keys)
         cls: type[transformers.PreTrainedModel]
@@ -152,16 +171,21 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         ]
         return Reference(classifier_input(model, heads, forward), forward, description)
 
-    # --- export: a DINOv3ViTModel or (SigLIP) Siglip2VisionModel directory ---------------------------------------------------
+    # --- export: a DINOv3ViTModel, (SigLIP) Siglip2VisionModel or (DINOv2) Dinov2Model directory ------------------
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         if "cls_token" not in keys:
             return siglip2_export_map(arch.depth, "attn_pool.latent" in keys)
-        return dinov3_export_map(arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys)
+        if arch.options.get("eva_names"):  # DINOv3
+            return dinov3_export_map(arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys)
+        packed = bool(arch.options.get("swiglu_mlp")) and "blocks.0.mlp.fc1_g.weight" not in keys
+        return dinov2_export_map(keys, arch.depth, packed, bool(arch.options.get("no_embed_class")))
 
     def export_config(self, arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
         if is_siglip_args(args):
             return siglip2_export_config(arch, args)
-        return dinov3_export_config(arch, args)
+        if args.get("rope_type") or args.get("eva_names"):
+            return dinov3_export_config(arch, args)
+        return dinov2_export_config(arch, args)
 
     @staticmethod
     def _write_config(directory: Path, arch: Any, prefix: str, stated: dict[str, Any]) -> None:

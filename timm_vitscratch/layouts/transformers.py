@@ -1,5 +1,6 @@
 """Hugging Face transformers ``ViTForImageClassification`` / ``ViTModel`` / ``DeiTForImageClassificationWithTeacher``,
-and ``DINOv3ViTModel`` (its key map is :mod:`timm_vitscratch.layouts.transformers_dinov3`).
+``DINOv3ViTModel`` and ``Dinov2Model`` (their key maps are :mod:`timm_vitscratch.layouts.transformers_dinov3` and
+:mod:`timm_vitscratch.layouts.transformers_dinov2`).
 
 Two namings are read. Checkpoints on the Hub store the original names
 (``vit.encoder.layer.N.attention.attention.query``, ``attention.output.dense``,
@@ -15,6 +16,7 @@ from ..errors import ConversionError
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, Rule, concat_rows, weight_and_bias
 from .layout import Layout, Resample
+from .transformers_dinov2 import dinov2_ignorable_keys, dinov2_key_map, dinov2_resample, is_dinov2
 from .transformers_dinov3 import dinov3_ignorable_keys, dinov3_key_map, is_dinov3
 from .transformers_siglip import is_siglip, siglip_ignorable_keys, siglip_key_map, siglip_resample
 
@@ -46,23 +48,25 @@ def is_legacy(keys: set[str], prefix: str) -> bool:
 class TransformersLayout(Layout):
     name = "transformers"
     library = "Hugging Face transformers"
-    # ViT: (vit.|deit.)encoder.layer.N / layers.N; DINOv3ViTModel: layer.N / model.layer.N
+    # ViT: (vit.|deit.)encoder.layer.N / layers.N; DINOv3ViTModel: layer.N / model.layer.N; Dinov2Model: encoder.layer.N
     block_pattern = r"^(?:vit\.|deit\.|model\.|vision_model\.)?(?:encoder\.layers?|layers|layer)\.(\d+)\."
     example_keys = (
         "vit.embeddings.patch_embeddings.projection.weight",
         "vit.encoder.layer.0.attention.attention.query.weight (or vit.layers.0.attention.q_proj.weight)",
         "embeddings.patch_embeddings.weight and layer.0.layer_scale1.lambda1 (DINOv3ViTModel)",
         "embeddings.patch_embedding.weight and head.probe (SiglipVisionModel, Siglip2VisionModel)",
+        "embeddings.patch_embeddings.projection.weight and encoder.layer.0.layer_scale1.lambda1 (Dinov2Model)",
     )
     resample = Resample("bicubic", antialias=False)  # ViTEmbeddings.interpolate_pos_encoding
 
     def resample_of(self, checkpoint: Checkpoint) -> Resample:
-        return siglip_resample(checkpoint) or self.resample
+        return siglip_resample(checkpoint) or dinov2_resample(checkpoint) or self.resample
 
     def detect(self, keys: set[str]) -> bool:
         return (
             is_dinov3(keys)
             or is_siglip(keys)
+            or is_dinov2(keys)
             or any(f"{p}embeddings.patch_embeddings.projection.weight" in keys for p in PREFIXES)
         )
 
@@ -71,6 +75,8 @@ class TransformersLayout(Layout):
             return dinov3_key_map(keys, depth)
         if is_siglip(keys):
             return siglip_key_map(keys, depth)
+        if is_dinov2(keys):
+            return dinov2_key_map(keys, depth)
         prefix = model_prefix(keys)
         names = LEGACY_BLOCK if is_legacy(keys, prefix) else CURRENT_BLOCK
         layer = f"{prefix}encoder.layer.{{}}." if names is LEGACY_BLOCK else f"{prefix}layers.{{}}."
@@ -104,6 +110,8 @@ class TransformersLayout(Layout):
             return dinov3_ignorable_keys(checkpoint)
         if is_siglip(keys):
             return siglip_ignorable_keys(checkpoint)
+        if is_dinov2(keys):
+            return dinov2_ignorable_keys(checkpoint)
         prefix = model_prefix(keys)
         distilled = f"{prefix}embeddings.distillation_token" in keys
         if distilled and "classifier.weight" in keys:

@@ -10,6 +10,8 @@ package (and with it torch); the library checks against the same tuples.
 GLOBAL_POOLS = ("token", "avg", "avgmax", "max", "map", "")
 #: ``pos_embed``: a learned table, a fixed sincos table, or none
 POS_EMBEDS = ("learn", "sincos", "none", "")
+#: ``pos_embed_interp_mode``: how a learned position table is resampled to another grid (antialiased)
+POS_EMBED_INTERP_MODES = ("bicubic", "bilinear")
 #: ``rope_type``: rotary position in attention (models/rotary.py), or none
 ROPE_TYPES = ("", "dinov3", "cat")
 #: ``rope_grid_indexing``: the axial rotary terms' channel order, rows first or columns first

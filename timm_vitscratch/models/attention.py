@@ -78,7 +78,7 @@ class Attention(nn.Module):
 
     __jit_unused_properties__ = ("attn_impl",)
     # constants to TorchScript, which then compiles only the layout's own branch (the others name absent layers)
-    __constants__ = ["separate", "rope_interleaved"]
+    __constants__ = ("separate", "rope_interleaved")
     #: for the weight-init schemes: ``qkv`` is three projections in one ('moco' bounds each on its own)
     init_roles: ClassVar[dict[str, str]] = {"qkv": "qkv"}
 

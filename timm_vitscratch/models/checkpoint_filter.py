@@ -2,7 +2,8 @@
 
 :func:`checkpoint_filter_fn` is the named path: ``model.load_state_dict(checkpoint_filter_fn(state_dict, model))``
 loads a timm, torchvision, Hugging Face transformers or JAX state dict (every format ``vitscratch convert`` reads,
-remapped with the key maps of :mod:`timm_vitscratch.layouts`, the ones ``convert`` uses). timm's ``load_pretrained``
+remapped with the key maps of :mod:`timm_vitscratch.layouts`, the ones ``convert`` uses), and timm's ``NaFlexVit``
+(:func:`from_naflexvit`: its embedding module's tensors in the classic names). timm's ``load_pretrained``
 calls it too (``pretrained=True``, a ``pretrained_cfg_overlay`` file or state dict, train.py's ``--pretrained-path``,
 ``local-dir:``, ``hf-hub:``); :func:`load_pretrained` reads a JAX ``.npz`` with it.
 
@@ -35,6 +36,16 @@ from .layers import normal_init_
 _logger = logging.getLogger(__name__)
 #: the parts a load may initialise afresh: the classifier(s) and the representation layer
 HEAD_PREFIXES = ("head.", "head_dist.", "pre_logits.")
+#: the key that tells timm's ``NaFlexVit`` layout: its patch projection, a Linear inside its ``embeds`` module
+NAFLEXVIT_MARKER = "embeds.proj.weight"
+#: timm's ``NaFlexVit`` embedding tensors -> the classic ViT's names (ours); its other names are the classic ones
+NAFLEXVIT_NAMES = {
+    "embeds.proj.weight": "patch_embed.proj.weight",
+    "embeds.proj.bias": "patch_embed.proj.bias",
+    "embeds.pos_embed": "pos_embed",
+    "embeds.cls_token": "cls_token",
+    "embeds.reg_token": "reg_token",
+}
 
 
 def _detect(checkpoint: StateDictCheckpoint, own: set[str]) -> Layout:
@@ -79,6 +90,38 @@ def _resample_patch_kernel(weight: torch.Tensor, size: torch.Size) -> torch.Tens
     return resample_patch_embed(weight, list(size), interpolation="bicubic", antialias=True, verbose=False)
 
 
+def from_naflexvit(state_dict: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """timm's ``NaFlexVit`` state dict in the classic ViT's names, for ``model`` (our ``VisionTransformer``).
+
+    Its Linear patch projection (D, ph * pw * C) becomes the Conv2d kernel (D, C, ph, pw), read in the flat patch
+    order the model reads NaFlex patches in (``patchify_channels_last``, timm's default (row, column, channel));
+    its (1, H, W, D) position table becomes (1, H * W, D), after zero rows for the prefix tokens the model's table
+    has rows for (NaFlexVit adds no position to them), resampled as the model resamples it when the model's grid
+    is another. Keys it has no rename for (an embedding norm) are left for the loader to refuse by name.
+    """
+    out = {NAFLEXVIT_NAMES.get(k, k): v for k, v in state_dict.items()}
+    chans, ph, pw = model.patch_embed.proj.weight.shape[1:]
+    linear = out["patch_embed.proj.weight"]
+    if linear.dim() != 2 or linear.shape[1] != chans * ph * pw:
+        raise ConversionError(
+            f"cannot load this timm NaFlexVit checkpoint: embeds.proj.weight {tuple(linear.shape)} is not a Linear "
+            f"over the model's {ph}x{pw} patches of {chans} channels ({chans * ph * pw} inputs)"
+        )
+    if model.patchify_channels_last:
+        out["patch_embed.proj.weight"] = linear.reshape(-1, ph, pw, chans).permute(0, 3, 1, 2).contiguous()
+    else:
+        out["patch_embed.proj.weight"] = linear.reshape(-1, chans, ph, pw)
+    table = out.get("pos_embed")
+    if isinstance(table, torch.Tensor) and table.dim() == 4 and "pos_embed" in model.state_dict():
+        height, width = table.shape[1:3]
+        prefix = table.new_zeros(1, model.pos_prefix_tokens, table.shape[-1])
+        table = torch.cat([prefix, table.reshape(1, height * width, -1)], dim=1)
+        if tuple(model.patch_embed.grid_size) != (height, width):
+            table = model.pos_encoding.for_grid(table, *model.patch_embed.grid_size, (height, width), table)
+        out["pos_embed"] = table
+    return out
+
+
 def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
     """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present.
 
@@ -86,6 +129,8 @@ def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dic
     ``model.load_state_dict(checkpoint_filter_fn(torch.load(path, weights_only=True), model))``. A position table
     of another grid is resampled, a patch kernel of another size too; a classifier of another size is new.
     """
+    if NAFLEXVIT_MARKER in state_dict:
+        state_dict = from_naflexvit(state_dict, model)
     own = {k: v for k, v in model.state_dict().items()}
     checkpoint = StateDictCheckpoint(state_dict)
     keys = set(checkpoint.keys())
@@ -214,7 +259,7 @@ def remap_on_load(
     check_floating({k: v for k, v in mine.items() if k in own})
     if set(mine) <= own or not mine:
         return
-    layout = _detect(StateDictCheckpoint(mine), own).name
+    layout = "timm NaFlexVit" if NAFLEXVIT_MARKER in mine else _detect(StateDictCheckpoint(mine), own).name
     if layout == "timm":
         return  # our own names (with extras or gaps): torch reports them as ``strict`` asks
     remapped = checkpoint_filter_fn(mine, module)

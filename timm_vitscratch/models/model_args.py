@@ -87,6 +87,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
 NAMES: dict[str, tuple[str, ...]] = {
     "global_pool": choices.GLOBAL_POOLS,
     "pos_embed": choices.POS_EMBEDS,
+    "pos_embed_interp_mode": choices.POS_EMBED_INTERP_MODES,
     "weight_init": choices.WEIGHT_INITS,
     "attn_impl": choices.ATTN_IMPLS,
     "act_layer": choices.GELU_NAMES + choices.ACT_NAMES,

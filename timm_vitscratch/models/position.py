@@ -6,7 +6,8 @@ module tree and the state dict stay timm's), and its table stays the model's ``p
 Each method answers positions to add to the tokens, or None when there is nothing to add:
 
 - :class:`LearnedPositions` (``pos_embed='learn'``): the table, resampled to another grid as timm does
-  (bicubic, antialiased: ``resample_abs_pos_embed``);
+  (antialiased ``resample_abs_pos_embed``; bicubic as timm's ``VisionTransformer``, or bilinear as its
+  ``NaFlexVit`` SigLIP 2 models: the model's ``pos_embed_interp_mode``);
 - :class:`SincosPositions` (``pos_embed='sincos'``): the fixed 2-D sine-cosine table, computed for any grid;
 - :class:`NoPositions` (``pos_embed='none'``): nothing.
 
@@ -24,6 +25,7 @@ from typing import Protocol
 import torch
 from timm.layers import resample_abs_pos_embed
 
+from ..choices import POS_EMBED_INTERP_MODES
 from .layers import sincos_2d_pos_embed
 
 
@@ -68,13 +70,19 @@ class PositionEncoding(Protocol):
 
 @torch.fx.wrap
 def _resampled(
-    table: torch.Tensor, height: int, width: int, table_grid: tuple[int, int], num_prefix_tokens: int
+    table: torch.Tensor, height: int, width: int, table_grid: tuple[int, int], num_prefix_tokens: int, mode: str
 ) -> torch.Tensor:
-    """The learned table bicubically resampled to a (height, width) patch grid (timm's resampling).
+    """The learned table resampled to a (height, width) patch grid by ``mode``, antialiased (timm's resampling;
+    its ``NaFlexVit`` resizes with ``align_corners=False``, what ``interpolate`` does for None).
 
     A wrapped function: FX tracing records one call (the grid's size is data there)."""
     return resample_abs_pos_embed(
-        table, new_size=[height, width], old_size=[table_grid[0], table_grid[1]], num_prefix_tokens=num_prefix_tokens
+        table,
+        new_size=[height, width],
+        old_size=[table_grid[0], table_grid[1]],
+        num_prefix_tokens=num_prefix_tokens,
+        interpolation=mode,
+        antialias=True,
     )
 
 
@@ -101,30 +109,38 @@ def _cubic_aa(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
 
 
-def resize_weights(position: torch.Tensor, out_size: torch.Tensor, in_size: int) -> torch.Tensor:
-    """(..., in_size) weights with which antialiased bicubic resizing from ``in_size`` to ``out_size``
-    samples output ``position`` (tensors of equal shape): ``resample_abs_pos_embed``'s kernel, computed
-    from the data so that shapes stay fixed for export."""
+def _linear_aa(x: torch.Tensor) -> torch.Tensor:
+    """The antialiasing bilinear (triangle) filter of torch's ``interpolate(..., antialias=True)``."""
+    return (1.0 - x.abs()).clamp(min=0.0)
+
+
+def resize_weights(position: torch.Tensor, out_size: torch.Tensor, in_size: int, mode: str = "bicubic") -> torch.Tensor:
+    """(..., in_size) weights with which antialiased resizing by ``mode`` (bicubic or bilinear) from ``in_size``
+    to ``out_size`` samples output ``position`` (tensors of equal shape): ``resample_abs_pos_embed``'s kernel,
+    computed from the data so that shapes stay fixed for export."""
     scale = in_size / out_size.double()
     stretch = scale.clamp(min=1.0)
     center = (position.double() + 0.5) * scale
     taps = torch.arange(in_size, dtype=torch.float64, device=position.device)
-    weights = _cubic_aa((taps + 0.5 - center[..., None]) / stretch[..., None])
+    kernel = _cubic_aa if mode == "bicubic" else _linear_aa
+    weights = kernel((taps + 0.5 - center[..., None]) / stretch[..., None])
     return (weights / weights.sum(dim=-1, keepdim=True)).float()
 
 
 class LearnedPositions:
-    """The learned table (``pos_embed``): ``prefix`` rows for prefix tokens, then the patch grid's rows."""
+    """The learned table (``pos_embed``): ``prefix`` rows for prefix tokens, then the patch grid's rows, resampled
+    to another grid by ``mode`` ('bicubic' or 'bilinear', antialiased)."""
 
-    def __init__(self, prefix: int) -> None:
+    def __init__(self, prefix: int, mode: str = "bicubic") -> None:
         self.prefix = prefix
+        self.mode = mode
 
     def for_grid(
         self, table: torch.Tensor | None, height: int, width: int, table_grid: tuple[int, int], like: torch.Tensor
     ) -> torch.Tensor | None:
         if table is None:
             return None
-        return _resampled(table, height, width, table_grid, self.prefix)
+        return _resampled(table, height, width, table_grid, self.prefix, self.mode)
 
     def for_prefix(self, table: torch.Tensor | None) -> torch.Tensor | None:
         if table is None or self.prefix == 0:
@@ -147,7 +163,7 @@ class LearnedPositions:
         patch_rows = table[:, self.prefix :]
         tables, offsets, start = [], {}, 0
         for height, width in sorted(set(grids)):
-            tables.append(_resampled(patch_rows, height, width, table_grid, 0)[0])
+            tables.append(_resampled(patch_rows, height, width, table_grid, 0, self.mode)[0])
             offsets[(height, width)] = start
             start += height * width
         grid = torch.tensor(grids, device=coord.device)
@@ -169,8 +185,8 @@ class LearnedPositions:
             return None
         coord = coord * valid[..., None]
         grid = coord.amax(dim=1, keepdim=True).expand_as(coord) + 1  # (B, N, 2) each slot's image grid
-        rows = resize_weights(coord[..., 0], grid[..., 0], table_grid[0])  # (B, N, H0)
-        cols = resize_weights(coord[..., 1], grid[..., 1], table_grid[1])  # (B, N, W0)
+        rows = resize_weights(coord[..., 0], grid[..., 0], table_grid[0], self.mode)  # (B, N, H0)
+        cols = resize_weights(coord[..., 1], grid[..., 1], table_grid[1], self.mode)  # (B, N, W0)
         weights = (rows[..., :, None] * cols[..., None, :]).flatten(2)  # (B, N, H0*W0)
         return (weights @ table[0, self.prefix :].float()).to(like.dtype)
 
@@ -249,11 +265,14 @@ class NoPositions:
         return None
 
 
-def position_encoding(pos_embed: str, prefix: int, dim: int) -> PositionEncoding:
+def position_encoding(pos_embed: str, prefix: int, dim: int, interp_mode: str = "bicubic") -> PositionEncoding:
     """The piece for the model's ``pos_embed`` option ('learn', 'sincos', 'none' or ''); ``prefix``: the
-    table's rows for prefix tokens (none with ``no_embed_class``)."""
+    table's rows for prefix tokens (none with ``no_embed_class``); ``interp_mode``: how a learned table is
+    resampled to another grid (the model's ``pos_embed_interp_mode``)."""
+    if interp_mode not in POS_EMBED_INTERP_MODES:
+        raise ValueError(f"pos_embed_interp_mode must be one of {POS_EMBED_INTERP_MODES}, got {interp_mode!r}")
     if pos_embed == "learn":
-        return LearnedPositions(prefix)
+        return LearnedPositions(prefix, interp_mode)
     if pos_embed == "sincos":
         return SincosPositions(prefix, dim)
     return NoPositions()

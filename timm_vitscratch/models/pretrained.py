@@ -17,6 +17,7 @@ Google's transformers repos are ``google_in21k``.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -82,6 +83,8 @@ TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_dinov2_b14_reg4.lvd142m": "vit_base_patch14_reg4_dinov2.lvd142m",
     "scratch_dinov2_l14.lvd142m": "vit_large_patch14_dinov2.lvd142m",
     "scratch_dinov2_l14_reg4.lvd142m": "vit_large_patch14_reg4_dinov2.lvd142m",
+    "scratch_dinov2_g14.lvd142m": "vit_giant_patch14_dinov2.lvd142m",
+    "scratch_dinov2_g14_reg4.lvd142m": "vit_giant_patch14_reg4_dinov2.lvd142m",
     # SigLIP (webli) and SigLIP 2 (v2_webli) image towers (Google's big_vision weights, Apache-2.0)
     "scratch_siglip_b16.v2_webli": "vit_base_patch16_siglip_224.v2_webli",
     "scratch_siglip_b16.webli": "vit_base_patch16_siglip_224.webli",
@@ -102,6 +105,44 @@ TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_siglip_so400m14_378.v2_webli": "vit_so400m_patch14_siglip_378.v2_webli",
     "scratch_siglip_so400m14_378.webli": "vit_so400m_patch14_siglip_378.webli",
     "scratch_siglip_so400m14_378.webli_ft_in1k": "vit_so400m_patch14_siglip_378.webli_ft_in1k",
+    # EVA02 (BAAI's weights, MIT), MIM-pretrained and fine-tuned, and the EVA02-CLIP image towers
+    "scratch_eva02_t14.mim_in22k": "eva02_tiny_patch14_224.mim_in22k",
+    "scratch_eva02_s14.mim_in22k": "eva02_small_patch14_224.mim_in22k",
+    "scratch_eva02_b14.mim_in22k": "eva02_base_patch14_224.mim_in22k",
+    "scratch_eva02_l14.mim_in22k": "eva02_large_patch14_224.mim_in22k",
+    "scratch_eva02_l14.mim_m38m": "eva02_large_patch14_224.mim_m38m",
+    "scratch_eva02_t14_336.mim_in22k_ft_in1k": "eva02_tiny_patch14_336.mim_in22k_ft_in1k",
+    "scratch_eva02_s14_336.mim_in22k_ft_in1k": "eva02_small_patch14_336.mim_in22k_ft_in1k",
+    "scratch_eva02_b14_448.mim_in22k_ft_in22k_in1k": "eva02_base_patch14_448.mim_in22k_ft_in22k_in1k",
+    "scratch_eva02_b14_448.mim_in22k_ft_in1k": "eva02_base_patch14_448.mim_in22k_ft_in1k",
+    "scratch_eva02_b14_448.mim_in22k_ft_in22k": "eva02_base_patch14_448.mim_in22k_ft_in22k",
+    "scratch_eva02_l14_448.mim_in22k_ft_in22k_in1k": "eva02_large_patch14_448.mim_in22k_ft_in22k_in1k",
+    "scratch_eva02_l14_448.mim_m38m_ft_in22k_in1k": "eva02_large_patch14_448.mim_m38m_ft_in22k_in1k",
+    "scratch_eva02_l14_448.mim_in22k_ft_in1k": "eva02_large_patch14_448.mim_in22k_ft_in1k",
+    "scratch_eva02_l14_448.mim_m38m_ft_in1k": "eva02_large_patch14_448.mim_m38m_ft_in1k",
+    "scratch_eva02_l14_448.mim_in22k_ft_in22k": "eva02_large_patch14_448.mim_in22k_ft_in22k",
+    "scratch_eva02_l14_448.mim_m38m_ft_in22k": "eva02_large_patch14_448.mim_m38m_ft_in22k",
+    "scratch_eva02_b16_clip.merged2b": "eva02_base_patch16_clip_224.merged2b",
+    "scratch_eva02_l14_clip.merged2b": "eva02_large_patch14_clip_224.merged2b",
+    "scratch_eva02_l14_clip_336.merged2b": "eva02_large_patch14_clip_336.merged2b",
+    # Perception Encoder (Meta's weights, Apache-2.0): core (CLIP towers, projected), spatial, lang
+    "scratch_pe_core_t16.fb": "vit_pe_core_tiny_patch16_384.fb",
+    "scratch_pe_core_s16.fb": "vit_pe_core_small_patch16_384.fb",
+    "scratch_pe_core_b16.fb": "vit_pe_core_base_patch16_224.fb",
+    "scratch_pe_core_l14.fb": "vit_pe_core_large_patch14_336.fb",
+    "scratch_pe_core_g14.fb": "vit_pe_core_gigantic_patch14_448.fb",
+    "scratch_pe_spatial_t16.fb": "vit_pe_spatial_tiny_patch16_512.fb",
+    "scratch_pe_spatial_s16.fb": "vit_pe_spatial_small_patch16_512.fb",
+    "scratch_pe_spatial_b16.fb": "vit_pe_spatial_base_patch16_512.fb",
+    "scratch_pe_spatial_l14.fb": "vit_pe_spatial_large_patch14_448.fb",
+    "scratch_pe_spatial_g14.fb": "vit_pe_spatial_gigantic_patch14_448.fb",
+    "scratch_pe_lang_l14.fb": "vit_pe_lang_large_patch14_448.fb",
+    "scratch_pe_lang_l14.fb_tiling": "vit_pe_lang_large_patch14_448.fb_tiling",
+    "scratch_pe_lang_g14.fb": "vit_pe_lang_gigantic_patch14_448.fb",
+    "scratch_pe_lang_g14.fb_tiling": "vit_pe_lang_gigantic_patch14_448.fb_tiling",
+    # SigLIP 2 NaFlex image towers (Google's big_vision weights, Apache-2.0), in timm's NaFlexVit names
+    "scratch_siglip2_b16_naflex.v2_webli": "naflexvit_base_patch16_siglip.v2_webli",
+    "scratch_siglip2_so400m16_naflex.v2_webli": "naflexvit_so400m_patch16_siglip.v2_webli",
 }
 
 TORCHVISION_TAGS: dict[str, tuple[str, str]] = {  # "variant.tag" -> (torchvision Weights enum, member)
@@ -147,6 +188,12 @@ _SIGLIP2_PAPER = (
     "SigLIP 2: Multilingual Vision-Language Encoders with Improved Semantic Understanding, Localization, and "
     "Dense Features",
 )
+_EVA02_PAPER = ("arXiv:2303.11331", "EVA-02: A Visual Representation for Neon Genesis")
+_EVA_CLIP_PAPER = ("arXiv:2303.15389", "EVA-CLIP: Improved Training Techniques for CLIP at Scale")
+_PE_PAPER = (
+    "arXiv:2504.13181",
+    "Perception Encoder: The best visual embeddings are not at the output of the network",
+)
 _SWAG_PAPER = ("arXiv:2201.08371", "Revisiting Weakly Supervised Pre-Training of Visual Perception Models")
 _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first published)
     "augreg": (_AUGREG_PAPER, "https://github.com/google-research/vision_transformer"),
@@ -158,6 +205,13 @@ _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first p
     "lvd142m": (_DINOV2_PAPER, "https://github.com/facebookresearch/dinov2"),
     "webli": (_SIGLIP_PAPER, "https://github.com/google-research/big_vision"),
     "v": (_SIGLIP2_PAPER, "https://github.com/google-research/big_vision"),  # "v2_webli": the prefix less its digits
+}
+#: timm's model-name pattern -> (paper, where the weights were first published), before the tag's prefix decides
+#: (timm's ``fb`` tags are DeiT's and also the Perception Encoder's)
+_FAMILY_ORIGINS = {
+    "eva02_*_clip_*": (_EVA_CLIP_PAPER, "https://github.com/baaivision/EVA"),
+    "eva02_*": (_EVA02_PAPER, "https://github.com/baaivision/EVA"),
+    "vit_pe_*": (_PE_PAPER, "https://github.com/facebookresearch/perception_models"),
 }
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std", "num_classes", "license")
 
@@ -171,7 +225,8 @@ def timm_cfg(timm_name: str) -> dict[str, Any]:
     source = get_pretrained_cfg(timm_name)
     if source is None or not source.hf_hub_id or source.tag is None:
         raise KeyError(f"timm has no Hub weights {timm_name!r}")
-    paper, origin = _TIMM_ORIGINS[source.tag.split("_")[0].rstrip("0123456789")]
+    family = next((o for pattern, o in _FAMILY_ORIGINS.items() if fnmatch.fnmatchcase(timm_name, pattern)), None)
+    paper, origin = family or _TIMM_ORIGINS[source.tag.split("_")[0].rstrip("0123456789")]
     return {
         "hf_hub_id": source.hf_hub_id,
         **{k: getattr(source, k) for k in _PREPROCESSING},

@@ -144,6 +144,26 @@ SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 SIGLIP_TIMM_NAMES: dict[str, str] = {name: timm_name for name, (timm_name, _) in SIGLIP_VARIANTS.items()}
 
+#: SigLIP 2 NaFlex as timm builds it (its ``NaFlexVit``): SigLIP's tower at any size and aspect ratio, its 16x16
+#: position table (img_size 256 at patch 16) resampled to each image's grid bilinearly (antialiased), as timm's
+#: ``pos_embed_interp_mode='bilinear'``; tanh-approximated GELU. timm's cfg sets 384 px as the default input.
+_SIGLIP2_NAFLEX = dict(
+    _SIGLIP,
+    patch_size=16,
+    img_size=256,
+    dynamic_img_size=True,
+    pos_embed_interp_mode="bilinear",
+    act_layer="gelu_tanh",
+)
+#: our SigLIP 2 NaFlex variant -> (timm's ``NaFlexVit`` model of the same architecture, its size)
+SIGLIP2_NAFLEX_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "scratch_siglip2_b16_naflex": ("naflexvit_base_patch16_siglip", _B),
+    "scratch_siglip2_so400m16_naflex": ("naflexvit_so400m_patch16_siglip", _SO400M),
+}
+SIGLIP2_NAFLEX_TIMM_NAMES: dict[str, str] = {
+    name: timm_name for name, (timm_name, _) in SIGLIP2_NAFLEX_VARIANTS.items()
+}
+
 #: EVA02 as timm builds it (its ``Eva``): patch 14, a learned position table (the class token's row included) plus
 #: axial rotary position rescaled onto the 16 x 16 pretraining grid, SwiGLU MLPs (packed for tiny and small),
 #: average-pooled patch tokens through ``fc_norm``. Base and large: separate q/k/v projections and a LayerNorm
@@ -247,6 +267,7 @@ TIMM_NAMES: dict[str, str] = {
     **DINOV2_TIMM_NAMES,
     **SIGLIP_TIMM_NAMES,
     **{name: timm_name for name, (timm_name, _) in {**EVA02_VARIANTS, **PE_VARIANTS}.items()},
+    **SIGLIP2_NAFLEX_TIMM_NAMES,
 }
 
 
@@ -273,6 +294,7 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     **{name: {**_SIGLIP, **args} for name, (_, args) in SIGLIP_VARIANTS.items()},
     **{name: {**_EVA02, **args} for name, (_, args) in EVA02_VARIANTS.items()},
     **{name: {**_PE, **args} for name, (_, args) in PE_VARIANTS.items()},
+    **{name: {**_SIGLIP2_NAFLEX, **size} for name, (_, size) in SIGLIP2_NAFLEX_VARIANTS.items()},
 }
 
 
@@ -344,6 +366,8 @@ def _pretrained_cfg(name: str) -> dict[str, Any]:
         return _vit_cfg(num_classes=0, input_size=(3, size, size))
     if name in EVA02_VARIANTS or name in PE_VARIANTS:  # timm's own cfg of the model: classifier, input, mean/std
         return _timm_model_cfg(TIMM_NAMES[name])
+    if name in SIGLIP2_NAFLEX_VARIANTS:  # any input size; timm's cfg: 384 px, no crop
+        return _vit_cfg(num_classes=0, input_size=(3, 384, 384), crop_pct=1.0, fixed_input_size=False)
     if name.startswith("scratch_deit_"):
         return _deit_cfg()
     if name.endswith("_in21k"):
@@ -981,3 +1005,13 @@ def scratch_pe_lang_l14(pretrained: bool = False, **kwargs: Any) -> VisionTransf
 @register_model
 def scratch_pe_lang_g14(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_pe_lang_g14", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip2_b16_naflex(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip2_b16_naflex", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip2_so400m16_naflex(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip2_so400m16_naflex", pretrained, **kwargs)

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from timm.layers import resample_abs_pos_embed, trunc_normal_, use_fused_attn
+from timm.layers import trunc_normal_, use_fused_attn
 from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
@@ -120,6 +120,7 @@ class VisionTransformer(nn.Module):
         pooled_forward: bool = False,
         patchify_channels_last: bool = True,
         naflex_packed: bool = True,
+        pos_embed_interp_mode: str = "bicubic",
         eva_names: bool = False,
         swiglu_mlp: bool = False,
         swiglu_align_to: int = 0,
@@ -182,6 +183,8 @@ class VisionTransformer(nn.Module):
             patchify_channels_last: Flat NaFlex patches are (row, column, channel), as timm's loader makes them.
             naflex_packed: NaFlex batches run packed (padding costs nothing); False: timm's padded, masked
                 layout, which export always takes.
+            pos_embed_interp_mode: How the learned position table is resampled to another grid, antialiased:
+                'bicubic' (timm's ``VisionTransformer``) or 'bilinear' (timm's ``NaFlexVit`` SigLIP 2 models).
             eva_names: Built as timm's ``Eva`` (DINOv3, PE, EVA02): its names for the same layers (LayerScale as
                 the blocks' ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias``, no key bias; no
                 ``patch_drop`` / ``pre_logits`` modules when they would do nothing), and with ``weight_init=''``
@@ -276,7 +279,7 @@ class VisionTransformer(nn.Module):
         else:
             self.pos_embed = None
         # positions for any grid, packed tokens or padded slots, from the table (a plain object, not a module)
-        self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim)
+        self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim, pos_embed_interp_mode)
         self.pos_drop = nn.Dropout(pos_drop_rate)
         # rotary position for attention (timm's ``rope`` module); the prefix tokens are not rotated
         self.rope = rotary_position(
@@ -627,20 +630,16 @@ class VisionTransformer(nn.Module):
     ) -> None:
         """New input resolution and/or patch size, as timm does it.
 
-        The learned position table is resampled (bicubic) to the new patch grid, the sincos table
-        recomputed, and a new patch size resamples the patch projection. Device, dtype,
-        ``requires_grad`` and train/eval are kept.
+        The learned position table is resampled to the new patch grid as the forward resamples it
+        (``pos_embed_interp_mode``), the sincos table recomputed, and a new patch size resamples the
+        patch projection. Device, dtype, ``requires_grad`` and train/eval are kept.
         """
         old_grid = self.patch_embed.grid_size
         self.patch_embed.set_input_size(img_size, patch_size)
         new_grid = self.patch_embed.grid_size
         if isinstance(self.pos_embed, nn.Parameter) and new_grid != old_grid:
-            table = resample_abs_pos_embed(
-                self.pos_embed.detach(),
-                new_size=list(new_grid),
-                old_size=list(old_grid),
-                num_prefix_tokens=self.pos_prefix_tokens,
-            )
+            table = self.pos_encoding.for_grid(self.pos_embed.detach(), *new_grid, old_grid, self.pos_embed)
+            assert table is not None  # a learned table resamples to a table
             self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
         elif self.pos_embed is not None and self.sincos_pos_embed:
             self.pos_embed = self._sincos_table(self.pos_embed.device).to(self.pos_embed.dtype)

@@ -6,8 +6,9 @@
 A batch of 8 images of mixed sizes and aspect ratios is collated by timm's NaFlexCollator to 256 and
 to 576 tokens, once with about 60 % padding (images of 32 to 576 patches) and once with none (every
 image exactly fills the sequence). All models hold the same weights (timm's NaFlexVit built from the
-classic ViT with ``use_naflex=True``, loaded through its own checkpoint filter); ours runs packed (the
-default) and, as "ours padded", on timm's padded layout (``set_naflex_packed(False)``). Throughput counts
+classic ViT, or for ``eva02_s14`` from timm's EVA02 with its axial rotary position on a reference grid,
+with ``use_naflex=True``, loaded through its own checkpoint filter); ours runs packed (the default) and,
+as "ours padded", on timm's padded layout (``set_naflex_packed(False)``). Throughput counts
 valid tokens only; ratios are ours/timm, the median of per-round ratios of interleaved rounds, and
 (best) the ratio of each model's fastest round, which background load disturbs least.
 """
@@ -32,7 +33,13 @@ import result_records
 from timing import calls_for, interleave, make_optimizer, paired_ratio, timed
 
 HERE = Path(__file__).resolve().parent
-PATCH = 16
+#: variant -> (ours, timm's model that ``use_naflex=True`` turns into its NaFlexVit, patch size)
+VARIANTS = {
+    "ti16": ("scratch_vit_ti16", "vit_tiny_patch16_224", 16),
+    "s16": ("scratch_vit_s16", "vit_small_patch16_224", 16),
+    "b16": ("scratch_vit_b16", "vit_base_patch16_224", 16),
+    "eva02_s14": ("scratch_eva02_s14", "eva02_small_patch14_224", 14),
+}
 #: (rows, columns) of patches per image: per sequence length, a batch with ~60 % padding and one with none
 GRIDS: dict[tuple[int, str], Sequence[tuple[int, int]]] = {
     (256, "~60%"): ((14, 14), (2, 16), (8, 12), (12, 8), (4, 14), (10, 10), (16, 8), (6, 20)),
@@ -42,13 +49,15 @@ GRIDS: dict[tuple[int, str], Sequence[tuple[int, int]]] = {
 }
 
 
-def naflex_batch(grids: Sequence[tuple[int, int]], seq_len: int, device: torch.device) -> dict[str, torch.Tensor]:
+def naflex_batch(
+    grids: Sequence[tuple[int, int]], seq_len: int, device: torch.device, patch: int = 16
+) -> dict[str, torch.Tensor]:
     """Random images of the given patch grids, patchified and collated by timm's own NaFlex pieces."""
     from timm.data.naflex_dataset import NaFlexCollator
     from timm.data.naflex_transforms import Patchify
 
     generator = torch.Generator().manual_seed(0)
-    samples = [(Patchify(PATCH)(torch.randn(3, h * PATCH, w * PATCH, generator=generator)), 0) for h, w in grids]
+    samples = [(Patchify(patch)(torch.randn(3, h * patch, w * patch, generator=generator)), 0) for h, w in grids]
     batch, _ = NaFlexCollator(max_seq_len=seq_len)(samples)
     return {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
@@ -60,11 +69,9 @@ def build_models(variant: str, device: torch.device):
 
     import timm_vitscratch  # noqa: F401  (registers the zoo)
 
-    reference_name = {"ti16": "vit_tiny_patch16_224", "s16": "vit_small_patch16_224", "b16": "vit_base_patch16_224"}[
-        variant
-    ]
-    ours = timm.create_model(f"scratch_vit_{variant}").to(device)
-    theirs = timm.create_model(reference_name, use_naflex=True).to(device)
+    ours_name, reference_name, _ = VARIANTS[variant]
+    ours = timm.create_model(ours_name, num_classes=1000).to(device)
+    theirs = timm.create_model(reference_name, use_naflex=True, num_classes=1000).to(device)
     state = {k: v.clone() for k, v in ours.state_dict().items()}  # timm's filter edits the class token in place
     theirs.load_state_dict(checkpoint_filter_fn(state, theirs))
     padded = copy.deepcopy(ours)
@@ -76,7 +83,7 @@ def measure(args, variant: str) -> list[dict[str, Any]]:
     models = build_models(variant, args.device)
     records = []
     for (seq_len, padding), grids in GRIDS.items():
-        batch = naflex_batch(grids, seq_len, args.device)
+        batch = naflex_batch(grids, seq_len, args.device, VARIANTS[variant][2])
         valid = int(batch["patch_valid"].sum())
         labels = torch.arange(len(grids), device=args.device) % 1000
         for kind in ("infer", "train"):
@@ -178,7 +185,7 @@ def _log(message: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", nargs="+", default=["ti16"], choices=["ti16", "s16", "b16"])
+    parser.add_argument("--variants", nargs="+", default=["ti16"], choices=list(VARIANTS))
     parser.add_argument(
         "--device", type=torch.device, default=torch.device("cuda" if torch.cuda.is_available() else "cpu")
     )

@@ -19,13 +19,14 @@ from timm_vitscratch.models.variants import (
     DINOV2_TIMM_NAMES,
     EVA02_VARIANTS,
     PE_VARIANTS,
+    SIGLIP2_NAFLEX_TIMM_NAMES,
     SIGLIP_TIMM_NAMES,
     TIMM_NAMES,
 )
 
 FAMILIES = {
     "dinov2": list(DINOV2_TIMM_NAMES),
-    "siglip": list(SIGLIP_TIMM_NAMES),
+    "siglip": [*SIGLIP_TIMM_NAMES, *SIGLIP2_NAFLEX_TIMM_NAMES],
     "eva02": list(EVA02_VARIANTS),
     "pe": list(PE_VARIANTS),
 }
@@ -44,6 +45,7 @@ SHOWN = (
     "swiglu_mlp",
     "reg_tokens",
     "act_layer",
+    "pos_embed_interp_mode",
 )
 
 

@@ -7,6 +7,7 @@ A classic tiny model whose pretrained cfg records ``dinov3-license`` stands for 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -132,3 +133,26 @@ def test_pull_takes_the_text_from_the_package_never_from_the_hub(hub_env, tmp_pa
     (apache / "LICENSE.md").write_bytes(TEXT)
     upload_raw(apache, other)
     assert sorted(os.listdir(hub.pull(other, tmp_path / "pulled-apache"))) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.slow  # through the local Hub server
+@pytest.mark.parametrize(
+    ("tag", "license_id"),
+    [("scratch_eva02_t14.mim_in22k", "mit"), ("scratch_pe_core_t16.fb", "apache-2.0")],
+)
+def test_a_familys_license_is_recorded_and_named_through_push_and_pull(
+    hub_env, local_hub, tmp_path, request, tag, license_id
+):
+    """EVA02's MIT and PE's Apache-2.0, as the tag's cfg records them (timm's), in the model directory, the card
+    push writes and the directory pull installs; a standard license needs no text beside the weights."""
+    import timm
+
+    model = timm.create_model(tag, pretrained=False, depth=1, embed_dim=96, num_heads=4)
+    directory = model_dir(tmp_path / "model", model)
+    assert json.loads((directory / "config.json").read_text())["pretrained_cfg"]["license"] == license_id
+    repo = repo_for(request)
+    hub.push(directory, repo)
+    assert hub_files(local_hub, repo) == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    out = hub.pull(repo, tmp_path / "pulled")
+    assert json.loads((out / "config.json").read_text())["pretrained_cfg"]["license"] == license_id
+    assert ModelCard((out / "README.md").read_text()).data.to_dict()["license"] == license_id

@@ -28,6 +28,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "dinov2_giant": ("scratch_dinov2_g14", dict(embed_dim=96, num_heads=4)),
     "dinov3": ("scratch_dinov3_s16_plus_qkvb", dict(embed_dim=64, num_heads=4)),
     "siglip": ("scratch_siglip_so400m14", dict(embed_dim=64, num_heads=4)),
+    "siglip2_naflex": ("scratch_siglip2_b16_naflex", dict(embed_dim=64, num_heads=4)),
     "eva02": ("scratch_eva02_t14", dict(embed_dim=96, num_heads=4)),
     "eva02_separate": ("scratch_eva02_b14", dict(embed_dim=96, num_heads=4)),
     "eva02_clip": ("scratch_eva02_b16_clip", dict(embed_dim=96, num_heads=4)),

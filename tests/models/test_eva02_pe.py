@@ -19,11 +19,13 @@ import timm
 import torch
 from timm.data import resolve_data_config
 from timm.models import get_pretrained_cfg
+from timm.models.naflexvit import checkpoint_filter_fn as naflex_checkpoint_filter
 
 from tests.models.test_dinov2_siglip import output_diffs, pair
 from tests.models.test_module_tree_timm import hooked_pass, max_diffs
 from tests.support import pretrained_caches
 from tests.support.dinov3_pairs import max_diff, perturbed
+from tests.support.naflex_batches import images, naflex_batch
 from tests.support.pretrained_caches import lay_in_hf_cache, save_safetensors
 from timm_vitscratch.models.pretrained import TIMM_TAGS
 from timm_vitscratch.models.variants import EVA02_VARIANTS, PE_VARIANTS, TIMM_NAMES
@@ -147,3 +149,22 @@ def test_tag_loads_timms_file_offline_and_equals_timms_model(
         diff = max_diff(ours(x), reference(x))
     print(f"{tag} from timm's cached file ({timm_cfg.hf_hub_id}): vs timm's {timm_tag} {diff:.1e}")
     assert diff <= TOL
+
+
+@pytest.mark.parametrize("name", ["scratch_eva02_t14", "scratch_eva02_b14"])
+def test_naflex_batch_gives_timms_naflexvit_outputs(name: str) -> None:
+    """timm's NaFlexVit built from its EVA02 (``use_naflex=True``: axial rotary position on the reference grid,
+    padded and masked) and ours on the same batch of mixed sizes, with the same weights through timm's filter."""
+    ours = perturbed(timm.create_model(name, **SMALL))
+    theirs = timm.create_model(TIMM_NAMES[name], use_naflex=True, **SMALL).eval()
+    state = {k: v.clone() for k, v in ours.state_dict().items()}  # timm's filter edits the class token in place
+    theirs.load_state_dict(naflex_checkpoint_filter(state, theirs), strict=True)
+    patch = ours.patch_embed.patch_size[0]
+    batch = naflex_batch(images([(3 * patch, 5 * patch), (4 * patch, 4 * patch), (2 * patch, 7 * patch)]), patch, 48)
+    with torch.no_grad():
+        diffs = {}
+        for packed in (True, False):
+            ours.naflex_packed = packed
+            diffs["packed" if packed else "padded"] = max_diff(ours(batch), theirs(batch))
+    print(f"{name} vs timm's NaFlexVit from {TIMM_NAMES[name]}: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    assert max(diffs.values()) <= TOL, diffs

@@ -171,7 +171,18 @@ def test_torch_export_dynamic_height_and_width(name):
 
 
 # --- ONNX --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["scratch_vit_ti16", "scratch_deit_ti16_distilled", "scratch_test_dinov2_reg"])
+#: EVA02's and PE's layouts (axial rotary position, separate q/k/v, the MLP norm; the attention pool over every
+#: token) too: timm's EVA02 ONNX files are reported not to load in other runtimes (burn-onnx #15)
+ONNX_MODELS = [
+    "scratch_vit_ti16",
+    "scratch_deit_ti16_distilled",
+    "scratch_test_dinov2_reg",
+    "scratch_test_eva02_separate",
+    "scratch_test_pe_core",
+]
+
+
+@pytest.mark.parametrize("name", ONNX_MODELS)
 def test_onnx_dynamo_export_runs_in_onnxruntime(name, tmp_path):
     model = timm.create_model(name, **SMALL).eval()
     path = tmp_path / f"{name}.onnx"

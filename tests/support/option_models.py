@@ -31,6 +31,39 @@ OPTION_MODELS: dict[str, dict[str, Any]] = {
     "scratch_test_pre_norm": dict(pre_norm=True, final_norm=False),
     # ViT-22B-style normalised queries and keys
     "scratch_test_qk_norm": dict(qk_norm=True),
+    # EVA02 base / large's layout (timm's Eva): separate q/k/v projections, SwiGLU with a norm inside, axial
+    # rotary position on a reference grid, a learned table too, average pooling
+    "scratch_test_eva02_separate": dict(
+        eva_names=True,
+        qkv_fused=False,
+        swiglu_mlp=True,
+        scale_mlp=True,
+        mlp_ratio=4 * 2 / 3,
+        rope_type="cat",
+        ref_feat_shape=(16, 16),
+        global_pool="avg",
+    ),
+    # the Perception Encoder core's layout (timm's Eva): AttentionRope's fused bias, norm before the blocks,
+    # columns-first axial rotary position with grid offset 1, an 8-head attention pool over every token
+    "scratch_test_pe_core": dict(
+        eva_names=True,
+        attn_type="rope",
+        pre_norm=True,
+        rope_type="cat",
+        rope_grid_offset=1.0,
+        rope_grid_indexing="xy",
+        ref_feat_shape=(24, 24),
+        global_pool="map",
+        pool_include_prefix=True,
+        attn_pool_num_heads=8,
+        norm_eps=1e-5,
+    ),
+}
+#: the timm model whose results in timm's own tests each option model must match (timm's ViT unless said)
+OPTION_REFERENCES: dict[str, str] = {
+    **{name: "vit_tiny_patch16_224" for name in OPTION_MODELS},
+    "scratch_test_eva02_separate": "eva02_tiny_patch14_224",
+    "scratch_test_pe_core": "eva02_tiny_patch14_224",
 }
 
 default_cfgs = generate_default_cfgs(
@@ -89,3 +122,13 @@ def scratch_test_pre_norm(pretrained: bool = False, **kwargs: Any) -> VisionTran
 @register_model
 def scratch_test_qk_norm(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_test_qk_norm", pretrained, **kwargs)
+
+
+@register_model
+def scratch_test_eva02_separate(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_test_eva02_separate", pretrained, **kwargs)
+
+
+@register_model
+def scratch_test_pe_core(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_test_pe_core", pretrained, **kwargs)

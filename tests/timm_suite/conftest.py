@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 import timm
 
-from tests.support.option_models import OPTION_MODELS
+from tests.support.option_models import OPTION_REFERENCES
 from tests.timm_suite import timm_tests
 
 #: Ours, each with the timm model it must match: whatever timm's tests pass for the reference passes for ours.
@@ -22,12 +22,19 @@ OUR_MODELS = {
     "scratch_vit_ti16": "vit_tiny_patch16_224",
     "scratch_vit_s16": "vit_tiny_patch16_224",
     "scratch_deit_ti16_distilled": "deit_tiny_distilled_patch16_224",
-    **{name: "vit_tiny_patch16_224" for name in OPTION_MODELS},
+    **OPTION_REFERENCES,
     **timm_tests.DINOV3_MODELS,
+    **timm_tests.EVA02_MODELS,
 }
 #: timm's own ViTs that ours are compared with (timm's DINOv2 ViT-S/14 used to be here too: at 518x518 it is past
-#: the input size timm's tests take, so every test skipped it); one DINOv3, the control for that family
-REFERENCE_MODELS = ["vit_tiny_patch16_224", "deit_tiny_distilled_patch16_224", "vit_small_patch16_dinov3"]
+#: the input size timm's tests take, so every test skipped it); one DINOv3 and one EVA02 (timm's Eva), the controls
+#: for those layouts
+REFERENCE_MODELS = [
+    "vit_tiny_patch16_224",
+    "deit_tiny_distilled_patch16_224",
+    "vit_small_patch16_dinov3",
+    "eva02_tiny_patch14_224",
+]
 #: the references each of timm's tests must select and pass, run this way (the controls of the run itself)
 CONTROLS = ["vit_tiny_patch16_224", "vit_small_patch16_dinov3"]
 

@@ -57,6 +57,9 @@ DINOV3_MODELS = {
     "scratch_dinov3_s16": "vit_small_patch16_dinov3",
     "scratch_dinov3_s16_plus_qkvb": "vit_small_plus_patch16_dinov3_qkvb",
 }
+#: EVA02 tiny, ours and timm's (timm's Eva at 224 px, inside every input limit of timm's tests; the other EVA02
+#: and Perception Encoder layouts run as small option models, tests/support/option_models.py)
+EVA02_MODELS = {"scratch_eva02_t14": "eva02_tiny_patch14_224"}
 #: timm's FX backward test takes inputs up to 224 px and skips models whose default input is larger, DINOv3's
 #: 256 px among them (its own DINOv3 too); tests/models/test_dinov3_tracing.py traces and backpropagates ours
 BACKWARD_FX_TEST = "test_model_backward_fx"

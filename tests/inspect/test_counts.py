@@ -12,10 +12,13 @@ from torchsummary import summary as torchsummary_summary
 
 from timm_vitscratch.inspect.counts import (
     analytic_param_count,
+    block_param_breakdown,
     block_param_formula,
+    block_part_formulas,
     block_shape,
     hidden_parameters,
     leaf_module_param_count,
+    model_count_args,
     param_breakdown,
     reference_param_count,
     timm_reference,
@@ -114,12 +117,15 @@ def test_analytic_count_and_breakdown(name, num_classes):
     kwargs = {} if num_classes is None else dict(num_classes=num_classes)
     model = build_on_meta(name, **kwargs)
     arch = ARCHITECTURES[name]
-    expected = analytic_param_count(num_classes=model.num_classes, **arch)
+    expected = analytic_param_count(num_classes=model.num_classes, **arch)  # from the variant's options
     assert true_param_count(model) == expected
+    assert analytic_param_count(**model_count_args(model)) == expected  # from what the built model holds
     assert sum(param_breakdown(model).values()) == expected
     block = sum(p.numel() for p in model.blocks[0].parameters())
     h = arch["embed_dim"]
-    assert block == block_param_formula(h, **block_shape(model.blocks[0]))
+    shape = block_shape(model.blocks[0])
+    assert block == block_param_formula(h, **shape)
+    assert block_param_breakdown(model.blocks[0]) == block_part_formulas(h, **shape)
     if name in CLASSIC:
         assert block == block_param_formula(h) == 12 * h**2 + 13 * h
 
@@ -127,9 +133,9 @@ def test_analytic_count_and_breakdown(name, num_classes):
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 @pytest.mark.parametrize("num_classes", [None, 1000])
 def test_family_counts_equal_timm_on_meta(name, num_classes):
-    """True and torchsummary counts of each DINOv2 / DINOv3 / SigLIP variant against timm's model of the same
-    architecture, built on meta. timm's NaFlexVit names its embedding's tensors by its ``embeds`` module, and holds
-    them in other shapes (a Linear patch projection, a (1, H, W, D) table): those are compared by size."""
+    """True and torchsummary counts of each DINOv2 / DINOv3 / SigLIP / EVA02 / PE variant against timm's model of the
+    same architecture, built on meta. timm's NaFlexVit names its embedding's tensors by its ``embeds`` module, and
+    holds them in other shapes (a Linear patch projection, a (1, H, W, D) table): those are compared by size."""
     ours = build_on_meta(name, **({} if num_classes is None else dict(num_classes=num_classes)))
     theirs = timm_reference(name, ours.num_classes)
     renamed = NAFLEXVIT_NAMES if name in SIGLIP2_NAFLEX_TIMM_NAMES else {}
@@ -151,7 +157,7 @@ def test_zoo_table_sets_each_family_variant_beside_timm():
         model = build_on_meta(name)
         cells = rows[name].split()
         true_count, leaf = true_param_count(model), leaf_module_param_count(model)
-        assert cells[1:5] == ["0", f"{true_count:,}", f"{leaf:,}", f"{true_count - leaf:,}"]
+        assert cells[1:5] == [str(model.num_classes), f"{true_count:,}", f"{leaf:,}", f"{true_count - leaf:,}"]
         assert cells[5:] == [f"{true_count:,}", "(timm", f"{timm_name})", "yes"]
     for name in CLASSIC:
         assert rows[name].split()[-1] == ("—" if "deit" in name else "yes")
@@ -180,3 +186,61 @@ def test_sincos_position_table_is_a_buffer_not_a_parameter():
     assert "pos_embed" not in dict(fixed.named_parameters())
     assert true_param_count(learned) - true_param_count(fixed) == 197 * 768
     assert leaf_module_param_count(fixed) == leaf_module_param_count(learned)
+
+
+@pytest.mark.parametrize(
+    "name,hidden_in_model,hidden_per_block",
+    [
+        # packed SwiGLU; Eva's split bias: qkv never runs, so its weight is hidden too
+        ("scratch_eva02_s14", {"cls_token", "pos_embed"}, {"attn.q_bias", "attn.v_bias", "attn.qkv.weight"}),
+        # separate q/k/v projections (each runs), a LayerNorm inside the MLP; the CLIP tower's on the heads too
+        ("scratch_eva02_b14", {"cls_token", "pos_embed"}, set()),
+        ("scratch_eva02_b16_clip", {"cls_token", "pos_embed"}, set()),
+        # AttentionRope's fused bias, norm_pre, the attention pool (its latent query) over the class token too
+        ("scratch_pe_core_s16", {"cls_token", "pos_embed", "attn_pool.latent"}, set()),
+        # no class token, Eva's layer scales, no final norm
+        ("scratch_pe_spatial_g14", {"pos_embed"}, {"gamma_1", "gamma_2"}),
+        # timm's ViT with the packed SwiGLU and LayerScale modules (their gamma is no weight or bias)
+        ("scratch_dinov2_g14_reg4", {"cls_token", "reg_token", "pos_embed"}, {"ls1.gamma", "ls2.gamma"}),
+    ],
+)
+def test_torchsummary_on_tiny_new_family_models_equals_timms(name, hidden_in_model, hidden_per_block):
+    """torchsummary run on ours and on timm's model of the same architecture (tiny): both print the leaf count,
+    and the true counts agree."""
+    # timm builds DINOv2 giant's packed MLP at twice the ratio and halves it: an even width needs embed_dim 96 here
+    width = 96 if "dinov2" in name else 64
+    kwargs = dict(img_size=32, patch_size=8, embed_dim=width, depth=2, num_heads=4, num_classes=7)
+    ours = timm.create_model(name, **kwargs).eval()
+    theirs = timm.create_model(TIMM_NAMES[name], **kwargs).eval()
+    expected = hidden_in_model | {f"blocks.{i}.{n}" for i in range(2) for n in hidden_per_block}
+    assert set(hidden_parameters(ours)) == set(hidden_parameters(theirs)) == expected
+    assert true_param_count(ours) == true_param_count(theirs)
+    assert true_param_count(ours) == analytic_param_count(**model_count_args(ours))
+    with torch.no_grad():
+        printed = _torchsummary_total(ours, (3, 32, 32))
+        assert printed == _torchsummary_total(theirs, (3, 32, 32)) == leaf_module_param_count(ours)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(eva_names=True, swiglu_mlp=True),  # packed SwiGLU, Eva's q and v biases
+        dict(eva_names=True, swiglu_mlp=True, scale_mlp=True, qkv_fused=False),  # SwiGLU with its norm, q/k/v
+        dict(eva_names=True, qkv_fused=False, qkv_bias=False, scale_attn_inner=True),
+        dict(swiglu_mlp=True, mlp_ratio=2.5),  # timm's ViT with the packed SwiGLU
+        dict(scale_mlp=True, init_values=0.1),  # a GELU MLP with a norm inside
+        dict(eva_names=True, attn_type="rope", rope_type="cat", pre_norm=True, final_norm=False),
+        dict(global_pool="map", attn_pool_num_heads=2, attn_pool_mlp_ratio=2.0, pool_include_prefix=True),
+        dict(global_pool="avg", fc_norm=True, pre_norm=True, class_token=False, reg_tokens=2),
+        dict(global_pool="avg", final_norm=False, no_embed_class=True, reg_tokens=1),
+    ],
+)
+def test_formulas_read_each_option(options):
+    """The count from the options, the count from the built model and the block formula each equal the true count,
+    for the options the EVA02 and PE rows brought, alone and together."""
+    args = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=7, **options)
+    model = build_on_meta("scratch_vit_ti16", **args)
+    assert analytic_param_count(**args) == analytic_param_count(**model_count_args(model)) == true_param_count(model)
+    shape = block_shape(model.blocks[0])
+    assert block_param_breakdown(model.blocks[0]) == block_part_formulas(64, **shape)
+    assert sum(param_breakdown(model).values()) == true_param_count(model)

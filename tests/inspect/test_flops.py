@@ -79,13 +79,21 @@ def test_real_tensors_eager_path_match_flop_counter(name):
         ("scratch_vit_l32", "vit_l_32", "vit_large_patch32_224"),
         ("scratch_vit_h14", "vit_h_14", "vit_huge_patch14_224"),
         ("scratch_deit_s16_distilled", None, "deit_small_distilled_patch16_224"),
+        # timm's Eva: packed SwiGLU and split bias; separate q/k/v with norms in the MLP and on the heads;
+        # AttentionRope with norm_pre and the attention pool over every token; timm's ViT with the packed SwiGLU
+        ("scratch_eva02_s14", None, "eva02_small_patch14_224"),
+        ("scratch_eva02_b16_clip", None, "eva02_base_patch16_clip_224"),
+        ("scratch_pe_core_b16", None, "vit_pe_core_base_patch16_224"),
+        ("scratch_dinov2_g14_reg4", None, "vit_giant_patch14_reg4_dinov2"),
     ],
 )
 def test_analytic_matches_flop_counter_on_timm_and_torchvision_models(ours, builder, timm_name):
-    macs = forward_macs(build_on_meta(ours, num_classes=1000))["total"]
+    model = build_on_meta(ours, num_classes=1000)
+    macs = forward_macs(model)["total"]
+    size = model.patch_embed.img_size[0]
     with torch.device("meta"):
         references = [timm.create_model(timm_name, num_classes=1000)]
         if builder:
             references.append(getattr(torchvision.models, builder)(num_classes=1000))
     for reference in references:
-        assert_within_one_percent(macs, counted_flops(reference.eval(), 1) / 2)
+        assert_within_one_percent(macs, counted_flops(reference.eval(), 1, size) / 2)

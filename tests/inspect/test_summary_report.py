@@ -80,7 +80,8 @@ def test_tally_sums_to_true_count_and_matches_formulas(name):
     report = build_report(name, num_classes=5, activations=False)
     tally, h = report["tally"], report["model"]["embed_dim"]
     parts = [
-        tally[k] for k in ("patch_embedding", "tokens", "position_embedding", "final_norm", "representation", "head")
+        tally[k]
+        for k in ("patch_embedding", "tokens", "position_embedding", "pre_norm", "final_norm", "representation", "head")
     ]
     assert sum(parts) + sum(b["total"] for b in tally["blocks"]) == tally["total"] == report["counts"]["true"]
     assert len(tally["blocks"]) == report["model"]["depth"]
@@ -91,7 +92,9 @@ def test_tally_sums_to_true_count_and_matches_formulas(name):
         assert parts == block_part_formulas(h, **shape)
     if name not in TIMM_NAMES:  # the classic ViT's block; the other families' blocks are checked above
         assert report["analytic"]["block"] == 12 * h * h + 13 * h and report["analytic"]["block_formula"] == "12h²+13h"
-        assert shape == dict(mlp_hidden=4 * h, mlp_matrices=2, qkv_biases=3, layer_scale=False)
+        assert shape == dict(
+            mlp_hidden=4 * h, mlp_matrices=2, qkv_biases=3, layer_scale=False, mlp_norm=False, attn_norm=False
+        )
     assert report["analytic"]["model"] == report["counts"]["true"]
 
 
@@ -102,9 +105,18 @@ def test_tally_sums_to_true_count_and_matches_formulas(name):
         ("scratch_dinov3_b16_qkvb", dict(attention="4h²+3h", mlp="8h²+5h", norms="4h", layer_scale="2h")),
         ("scratch_dinov3_s16_plus", dict(attention="4h²+h", mlp="12h²+9h", block="16h²+16h")),
         ("scratch_dinov3_7b16", dict(mlp="3hM+2M+h", block="4h²+3hM+2M+8h")),
+        # packed SwiGLU (fc1 2hM+2M), Eva's q and v biases
+        ("scratch_eva02_s14", dict(attention="4h²+3h", mlp="3hM+2M+h", block="4h²+3hM+2M+8h")),
+        # separate q/k/v (q and v biased), a LayerNorm 2M inside the MLP; the CLIP tower's 2h on the merged heads
+        ("scratch_eva02_b14", dict(attention="4h²+3h", mlp="3hM+4M+h", block="4h²+3hM+4M+8h")),
+        ("scratch_eva02_l14_clip", dict(attention="4h²+5h", mlp="3hM+4M+h", block="4h²+3hM+4M+10h")),
+        # AttentionRope's fused qkv bias: the classic block
+        ("scratch_pe_core_s16", dict(attention="4h²+4h", mlp="8h²+5h", block="12h²+13h")),
+        ("scratch_pe_spatial_g14", dict(mlp="2hM+M+h", layer_scale="2h", block="4h²+2hM+M+11h")),
+        ("scratch_dinov2_g14", dict(attention="4h²+4h", mlp="3hM+2M+h", layer_scale="2h", block="4h²+3hM+2M+11h")),
     ],
 )
-def test_dinov3_block_formulas(name, formulas):
+def test_family_block_formulas(name, formulas):
     """Each formula, evaluated at the model's h (and M), gives the tally's figure for that part."""
     analytic = build_report(name, activations=False)["analytic"]
     shown = {**analytic["part_formulas"], "block": analytic["block_formula"]}

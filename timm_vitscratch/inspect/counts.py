@@ -12,13 +12,16 @@ forward never runs (Eva's ``qkv`` with the split bias, which the attention appli
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..models import Block
+from ..models import Block, VisionTransformer
+from ..models.architecture import describe_model
+from ..models.attention import Attention
 from ..models.layers import LayerScale
 from ..models.model_args import true_param_count  # the one count; the size bound counts a meta model with it
 from ..models.variants import ARCHITECTURES, TIMM_NAMES
@@ -73,19 +76,28 @@ def mlp_hidden_width(embed_dim: int, mlp_ratio: float = 4.0, swiglu_mlp: bool = 
 
 
 def block_part_formulas(
-    embed_dim: int, mlp_hidden: int | None = None, mlp_matrices: int = 2, qkv_biases: int = 3, layer_scale: bool = False
+    embed_dim: int,
+    mlp_hidden: int | None = None,
+    mlp_matrices: int = 2,
+    qkv_biases: int = 3,
+    layer_scale: bool = False,
+    mlp_norm: bool = False,
+    attn_norm: bool = False,
 ) -> dict[str, int]:
     """One block's parameters by part, from its shape alone (h = ``embed_dim``, M = ``mlp_hidden``, 4h by default).
 
-    attention: qkv 3h² plus ``qkv_biases`` bias vectors (3: one fused qkv bias; 2: Eva's q and v biases; 0: none),
-    projection h²+h; MLP: ``mlp_matrices`` matrices of h x M (2: fc1 and fc2; 3: SwiGLU's fc1_g, fc1_x and fc2),
-    each but fc2 with an M bias, fc2 an h bias; two LayerNorms 4h; layer scale 2h (when the block has it).
+    attention: q, k and v 3h² (fused or not) plus ``qkv_biases`` bias vectors (3: a fused qkv bias; 2: Eva's q and v
+    biases, fused or on its separate q / v projections; 0: none), a LayerNorm 2h on the merged heads with
+    ``attn_norm`` (EVA02-CLIP's ``scale_attn_inner``), projection h²+h;
+    MLP: ``mlp_matrices`` matrices of h x M (2: fc1 and fc2; 3: a SwiGLU's gate, value and fc2, as separate layers
+    or packed in one fc1 of 2M), each but fc2 with an M bias, fc2 an h bias, and a LayerNorm 2M before fc2 with
+    ``mlp_norm`` (EVA02's ``scale_mlp``); two LayerNorms 4h; layer scale 2h (when the block has it).
     The classic block: attention 4h²+4h, MLP 8h²+5h, norms 4h, 12h²+13h in all.
     """
     h, m = embed_dim, 4 * embed_dim if mlp_hidden is None else mlp_hidden
     return OrderedDict(
-        attention=4 * h * h + (qkv_biases + 1) * h,
-        mlp=mlp_matrices * h * m + (mlp_matrices - 1) * m + h,
+        attention=4 * h * h + (qkv_biases + 1 + (2 if attn_norm else 0)) * h,
+        mlp=mlp_matrices * h * m + (mlp_matrices - 1 + (2 if mlp_norm else 0)) * m + h,
         norms=4 * h,
         layer_scale=2 * h if layer_scale else 0,
     )
@@ -97,14 +109,43 @@ def block_param_formula(embed_dim: int, **shape: Any) -> int:
     return sum(block_part_formulas(embed_dim, **shape).values())
 
 
+def _is_norm(module: nn.Module | None) -> bool:
+    return isinstance(module, nn.LayerNorm)
+
+
+def qkv_bias_vectors(attn: Attention) -> int:
+    """How many of q, k and v an attention adds a learned bias of width h to: the fused ``qkv``'s bias (3), Eva's
+    ``q_bias`` / ``v_bias`` (2; its key bias is a zero buffer), or the biases of its separate projections."""
+    if attn.qkv is not None and attn.qkv.bias is not None:
+        return 3
+    if attn.qkv is not None:
+        return sum(isinstance(bias, nn.Parameter) for bias in (attn.q_bias, attn.k_bias, attn.v_bias))
+    return sum(proj is not None and proj.bias is not None for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+
+
 def block_shape(block: nn.Module) -> dict[str, Any]:
-    """The :func:`block_part_formulas` arguments of a built block: MLP width and matrices, qkv biases, layer scale."""
+    """The :func:`block_part_formulas` arguments of a built block, read from its layers: MLP width and matrices,
+    qkv biases, layer scale, and the LayerNorms inside the MLP and the attention."""
     assert isinstance(block, Block)  # a VisionTransformer's blocks; nn.Sequential types them as Module
-    qkv = block.attn.qkv
-    qkv_biases = 3 if qkv.bias is not None else 2 if block.attn.q_bias is not None else 0
-    layer_scale = block.gamma_1 is not None or isinstance(block.ls1, LayerScale)
     hidden, matrices = block.mlp_shape
-    return dict(mlp_hidden=hidden, mlp_matrices=matrices, qkv_biases=qkv_biases, layer_scale=layer_scale)
+    return dict(
+        mlp_hidden=hidden,
+        mlp_matrices=matrices,
+        qkv_biases=qkv_bias_vectors(block.attn),
+        layer_scale=block.gamma_1 is not None or isinstance(block.ls1, LayerScale),
+        mlp_norm=_is_norm(block.mlp.norm),
+        attn_norm=_is_norm(block.attn.norm),
+    )
+
+
+def block_layers(block: nn.Module) -> dict[str, str]:
+    """What the formulas do not tell apart: the attention's q/k/v layout (``'fused'``: one ``qkv`` with its bias;
+    ``'eva'``: ``qkv`` with Eva's ``q_bias`` / ``v_bias``; ``'separate'``: ``q_proj`` / ``k_proj`` / ``v_proj``) and
+    the MLP's class (``Mlp``, ``SwiGLU``, ``PackedSwiGLU``)."""
+    assert isinstance(block, Block)
+    attn = block.attn
+    layout = "separate" if attn.qkv is None else "eva" if attn.q_bias is not None else "fused"
+    return dict(qkv=layout, mlp=type(block.mlp).__name__)
 
 
 def _terms(h2: int, hm: int, m: int, h: int) -> str:
@@ -114,14 +155,20 @@ def _terms(h2: int, hm: int, m: int, h: int) -> str:
 
 
 def block_formula_text(
-    embed_dim: int, mlp_hidden: int | None = None, mlp_matrices: int = 2, qkv_biases: int = 3, layer_scale: bool = False
+    embed_dim: int,
+    mlp_hidden: int | None = None,
+    mlp_matrices: int = 2,
+    qkv_biases: int = 3,
+    layer_scale: bool = False,
+    mlp_norm: bool = False,
+    attn_norm: bool = False,
 ) -> dict[str, str]:
     """:func:`block_part_formulas` as formulas in h (and M, the MLP width, where it is not 4h), with ``block``
     their sum: the classic block reads attention 4h²+4h, mlp 8h²+5h, norms 4h, block 12h²+13h."""
     width_is_4h = mlp_hidden is None or mlp_hidden == 4 * embed_dim
     parts = dict(
-        attention=(4, 0, 0, qkv_biases + 1),
-        mlp=(0, mlp_matrices, mlp_matrices - 1, 1),
+        attention=(4, 0, 0, qkv_biases + 1 + (2 if attn_norm else 0)),
+        mlp=(0, mlp_matrices, mlp_matrices - 1 + (2 if mlp_norm else 0), 1),
         norms=(0, 0, 0, 4),
         layer_scale=(0, 0, 0, 2 if layer_scale else 0),
     )
@@ -133,8 +180,8 @@ def block_formula_text(
 
 
 def block_param_breakdown(block: nn.Module) -> dict[str, int]:
-    """One block's parameters by part: attention (qkv + proj, Eva's q/v biases), MLP, norms (norm1 + norm2),
-    layer scale (``gamma_1``/``gamma_2`` or ``ls1``/``ls2``)."""
+    """One block's parameters by part: attention (its q/k/v projections or qkv, Eva's q/v biases, the inner norm,
+    proj), MLP (its inner norm too), norms (norm1 + norm2), layer scale (``gamma_1``/``gamma_2`` or ``ls1``/``ls2``)."""
     parts = OrderedDict(attention=0, mlp=0, norms=0, layer_scale=0)
     for name, param in block.named_parameters():
         top = name.split(".", 1)[0]
@@ -151,6 +198,33 @@ def block_param_breakdown(block: nn.Module) -> dict[str, int]:
     return parts
 
 
+def options_block_shape(
+    embed_dim: int,
+    mlp_ratio: float = 4.0,
+    swiglu_mlp: bool = False,
+    swiglu_align_to: int = 0,
+    mlp_hidden: int | None = None,
+    qkv_bias: bool = True,
+    eva_names: bool = False,
+    attn_type: str = "eva",
+    init_values: float | None = None,
+    scale_mlp: bool = False,
+    scale_attn_inner: bool = False,
+) -> dict[str, Any]:
+    """The :func:`block_part_formulas` arguments that the model's options give (what :func:`block_shape` reads
+    from a built block): with ``eva_names`` the qkv bias is Eva's q and v biases (fused or separate projections)
+    unless ``attn_type='rope'`` (timm's ``AttentionRope``: one fused bias); a SwiGLU has three matrices, packed
+    or not; ``mlp_hidden`` gives the MLP width outright."""
+    return dict(
+        mlp_hidden=mlp_hidden or mlp_hidden_width(embed_dim, mlp_ratio, swiglu_mlp, swiglu_align_to),
+        mlp_matrices=3 if swiglu_mlp else 2,
+        qkv_biases=(2 if eva_names and attn_type != "rope" else 3) if qkv_bias else 0,
+        layer_scale=bool(init_values),
+        mlp_norm=scale_mlp,
+        attn_norm=scale_attn_inner,
+    )
+
+
 def analytic_param_count(
     patch_size: int,
     embed_dim: int,
@@ -162,40 +236,43 @@ def analytic_param_count(
     distilled: bool = False,
     reg_tokens: int = 0,
     pos_embed: str = "learn",
-    qkv_bias: bool = True,
-    eva_names: bool = False,
-    init_values: float | None = None,
-    mlp_ratio: float = 4.0,
-    swiglu_mlp: bool = False,
-    swiglu_align_to: int = 0,
-    mlp_hidden: int | None = None,
     class_token: bool = True,
     no_embed_class: bool = False,
+    pre_norm: bool = False,
+    final_norm: bool = True,
     global_pool: str = "token",
-    **_: Any,
+    mlp_ratio: float = 4.0,
+    attn_pool_mlp_ratio: float | None = None,
+    pool_mlp_hidden: int | None = None,
+    block: dict[str, Any] | None = None,
+    **block_options: Any,
 ) -> int:
-    """The true count from the architecture alone (the keyword arguments of ``ARCHITECTURES``): patch projection,
-    class/distillation/register tokens, a learned position table (none for ``pos_embed`` 'none' or 'sincos',
-    rotary position has no parameters), the blocks (:func:`block_part_formulas`), final norm, representation, head(s).
-    ``mlp_hidden`` gives the MLP width outright (else ``mlp_ratio`` and the SwiGLU alignment give it).
-    ``global_pool='map'`` adds the attention pool (SigLIP): a latent query, q / kv / output projections, a norm, an MLP.
+    """The true count from the architecture alone (the keyword arguments of ``ARCHITECTURES``): patch projection
+    (no bias under ``pre_norm``, which adds the LayerNorm ``norm_pre``), class/distillation/register tokens, a
+    learned position table (none for ``pos_embed`` 'none' or 'sincos'; rotary position has no parameters), the
+    blocks (:func:`block_part_formulas` of ``block``, a built block's :func:`block_shape`, or else of the block
+    options: :func:`options_block_shape`), one final LayerNorm (``norm`` or ``fc_norm``; none without
+    ``final_norm``), representation, head(s). ``global_pool='map'`` adds the attention pool (SigLIP, PE core): a
+    latent query, q / kv / output projections, a norm and an MLP of width ``pool_mlp_hidden`` (else
+    ``attn_pool_mlp_ratio`` or ``mlp_ratio`` times h); its head count changes no count. Options that change no
+    count (position kinds, pooling of the prefix, dropout rates ...) are taken and ignored.
     """
     prefix = int(class_token) + int(distilled)
     patches = (img_size // patch_size) ** 2
-    count = patch_size**2 * in_chans * embed_dim + embed_dim  # patch projection
+    count = patch_size**2 * in_chans * embed_dim + (0 if pre_norm else embed_dim)  # patch projection
+    count += 2 * embed_dim if pre_norm else 0  # norm_pre
     count += (prefix + reg_tokens) * embed_dim  # tokens
     if pos_embed == "learn":  # a row per patch, and per prefix token unless they have none (no_embed_class)
         count += (patches + (0 if no_embed_class else prefix + reg_tokens)) * embed_dim
     if global_pool == "map":
-        pool_hidden = int(embed_dim * mlp_ratio)
+        pool_hidden = pool_mlp_hidden or int(embed_dim * (attn_pool_mlp_ratio or mlp_ratio))
         count += 4 * embed_dim**2 + 2 * embed_dim * pool_hidden + pool_hidden + 8 * embed_dim
-    shape = dict(
-        mlp_hidden=mlp_hidden or mlp_hidden_width(embed_dim, mlp_ratio, swiglu_mlp, swiglu_align_to),
-        mlp_matrices=3 if swiglu_mlp else 2,
-        qkv_biases=(2 if eva_names else 3) if qkv_bias else 0,
-        layer_scale=init_values is not None,
+    option_names = inspect.signature(options_block_shape).parameters
+    shape = block or options_block_shape(
+        embed_dim, mlp_ratio=mlp_ratio, **{k: v for k, v in block_options.items() if k in option_names}
     )
-    count += depth * block_param_formula(embed_dim, **shape) + 2 * embed_dim  # blocks + final norm
+    count += depth * block_param_formula(embed_dim, **shape)
+    count += 2 * embed_dim if final_norm else 0
     head_in = embed_dim
     if representation_size:
         count += embed_dim * representation_size + representation_size
@@ -205,20 +282,55 @@ def analytic_param_count(
     return count
 
 
-def param_breakdown(model: nn.Module) -> dict[str, int]:
-    """The tally a reader makes by hand: patch embedding, tokens, encoder blocks, final norm, head."""
-    groups = OrderedDict(
-        (k, 0)
-        for k in (
-            "patch embedding (conv)",
-            "class/dist/register tokens",
-            "position embedding",
-            "encoder blocks",
-            "final norm",
-            "representation (pre_logits)",
-            "classifier head(s)",
-        )
+def model_count_args(model: nn.Module) -> dict[str, Any]:
+    """The :func:`analytic_param_count` arguments read from a built model (it may live on ``meta``): its shape,
+    which tokens and tables it holds, its norms, the attention pool's MLP width and its first block's
+    :func:`block_shape`. The image must be square (the formula takes one size)."""
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(f"model_count_args takes a scratch VisionTransformer, not {type(model).__name__}")
+    arch = describe_model(model)
+    if arch.img_size[0] != arch.img_size[1]:
+        raise ValueError(f"the formula takes square images, this model's are {arch.img_size}")
+    pool = model.attn_pool
+    return dict(
+        patch_size=arch.patch_size,
+        embed_dim=arch.embed_dim,
+        depth=arch.depth,
+        num_classes=arch.num_classes,
+        img_size=arch.img_size[0],
+        in_chans=arch.in_chans,
+        representation_size=arch.representation_size,
+        distilled=arch.distilled,
+        reg_tokens=model.num_reg_tokens,
+        pos_embed="learn" if isinstance(model.pos_embed, nn.Parameter) else "none",
+        class_token=model.has_class_token,
+        no_embed_class=model.no_embed_class,
+        pre_norm=_is_norm(model.norm_pre),
+        final_norm=_is_norm(model.norm) or _is_norm(model.fc_norm),
+        global_pool="map" if pool is not None else model.global_pool,
+        pool_mlp_hidden=pool.mlp.hidden_features if pool is not None else None,
+        block=block_shape(model.blocks[0]),
     )
+
+
+#: :func:`param_breakdown`'s groups, in the order a reader meets them
+BREAKDOWN_GROUPS = (
+    "patch embedding (conv)",
+    "class/dist/register tokens",
+    "position embedding",
+    "norm before the blocks",
+    "encoder blocks",
+    "final norm",
+    "representation (pre_logits)",
+    "classifier head(s)",
+)
+
+
+def param_breakdown(model: nn.Module) -> dict[str, int]:
+    """The tally a reader makes by hand: patch embedding, tokens, position table, the norm before the blocks
+    (``norm_pre``), encoder blocks, final norm (``norm``, or ``fc_norm`` after pooling), representation, head (with
+    the attention pool, which belongs to it)."""
+    groups = OrderedDict((k, 0) for k in BREAKDOWN_GROUPS)
     for name, param in model.named_parameters():
         if name.startswith("patch_embed."):
             key = "patch embedding (conv)"
@@ -226,9 +338,11 @@ def param_breakdown(model: nn.Module) -> dict[str, int]:
             key = "class/dist/register tokens"
         elif name == "pos_embed":
             key = "position embedding"
+        elif name.startswith("norm_pre."):
+            key = "norm before the blocks"
         elif name.startswith("blocks."):
             key = "encoder blocks"
-        elif name.startswith("norm."):
+        elif name.startswith(("norm.", "fc_norm.")):
             key = "final norm"
         elif name.startswith("pre_logits."):
             key = "representation (pre_logits)"

@@ -128,6 +128,7 @@ def _tally_lines(report: dict[str, Any]) -> list[str]:
         ("patch_embedding", "patch embedding (conv)"),
         ("tokens", "class/dist/register tokens"),
         ("position_embedding", "position embedding"),
+        ("pre_norm", "norm before the blocks"),
     ]
     lines = ["By-hand tally"]
     lines += [f"    {label:<30} {t[key]:>14,}" for key, label in labels if t[key]]
@@ -160,19 +161,28 @@ def _h_and_m(analytic: dict[str, Any]) -> str:
     return f"h={analytic['h']}" + ("" if hidden == 4 * analytic["h"] else f", M={hidden}")
 
 
-def _block_words(shape: dict[str, Any], h: int) -> tuple[str, dict[str, str]]:
+def _block_words(shape: dict[str, Any], layers: dict[str, str], h: int) -> tuple[str, dict[str, str]]:
     """The block's description for the analytic heading, and a note per part saying what it sums."""
     biases = {3: "qkv bias", 2: "q and v biases", 0: "no qkv bias"}[shape["qkv_biases"]]
+    if layers["qkv"] == "separate":
+        biases = f"separate q, k, v projections, {biases}"
     qkv = {3: "qkv 3h²+3h", 2: "qkv 3h², q and v biases 2h", 0: "qkv 3h²"}[shape["qkv_biases"]]
+    if layers["qkv"] == "separate":
+        qkv = qkv.replace("qkv 3h²", "q, k, v h² each", 1)
     if shape["mlp_matrices"] == 3:
-        mlp, mlp_note = f"SwiGLU width M = {shape['mlp_hidden']}", "fc1_g and fc1_x hM+M each, fc2 hM+h"
+        packed = layers["mlp"] == "PackedSwiGLU"
+        mlp = f"{'packed ' if packed else ''}SwiGLU width M = {shape['mlp_hidden']}"
+        mlp_note = "fc1 2hM+2M, fc2 hM+h" if packed else "fc1_g and fc1_x hM+M each, fc2 hM+h"
     elif shape["mlp_hidden"] == 4 * h:
         mlp, mlp_note = "MLP ratio 4", "fc1 4h²+4h, fc2 4h²+h"
     else:
         mlp, mlp_note = f"MLP width M = {shape['mlp_hidden']}", "fc1 hM+M, fc2 hM+h"
-    words = ", ".join([mlp, biases] + (["layer scale"] if shape["layer_scale"] else []))
+    if shape.get("mlp_norm"):
+        mlp, mlp_note = f"{mlp} with a norm inside", f"{mlp_note}, LayerNorm 2M before fc2"
+    inner = ["a norm on the merged heads"] if shape.get("attn_norm") else []
+    words = ", ".join([mlp, biases] + inner + (["layer scale"] if shape["layer_scale"] else []))
     notes = dict(
-        attention=f"{qkv}, projection h²+h",
+        attention=f"{qkv}, {'LayerNorm 2h, ' if shape.get('attn_norm') else ''}projection h²+h",
         mlp=mlp_note,
         norms="two LayerNorms, weight + bias",
         layer_scale="two scales of h",
@@ -182,19 +192,20 @@ def _block_words(shape: dict[str, Any], h: int) -> tuple[str, dict[str, str]]:
 
 def _analytic_lines(report: dict[str, Any]) -> list[str]:
     a = report["analytic"]
-    words, notes = _block_words(a["block_shape"], a["h"])
+    words, notes = _block_words(a["block_shape"], a["block_layers"], a["h"])
     lines = [f"Analytic, per block (h = {a['h']}, {words})"]
     width = max(10, *(len(part) for part in a["part_formulas"]))
+    column = max(9, len(a["block_formula"]))  # the formulas' column: the block's is the longest
     for part, formula in a["part_formulas"].items():
         label = part.replace("_", " ")
-        lines.append(f"    {label:<{width}} {formula:<9} = {a['parts'][part]:>12,}  ({notes[part]})")
-    lines.append(f"    {'block':<{width}} {a['block_formula']:<9} = {a['block']:>12,}")
+        lines.append(f"    {label:<{width}} {formula:<{column}} = {a['parts'][part]:>12,}  ({notes[part]})")
+    lines.append(f"    {'block':<{width}} {a['block_formula']:<{column}} = {a['block']:>12,}")
     if a["model"] is None:
         lines.append("    whole model from the architecture alone: not given (the formula takes square images)")
     elif a["model"] != report["counts"]["true"]:
         lines.append(
             f"    whole model from the architecture alone: {a['model']:,} (the true count differs: the formula "
-            "covers a ViT with a class token, registers, a learned or no position table and these blocks)"
+            "does not cover an option of this model)"
         )
     else:
         lines.append(f"    whole model from the architecture alone: {a['model']:,}")

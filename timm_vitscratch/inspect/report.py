@@ -19,12 +19,14 @@ from ..models.model_args import check_architecture, check_option
 from .counts import (
     analytic_param_count,
     block_formula_text,
+    block_layers,
     block_param_breakdown,
     block_param_formula,
     block_part_formulas,
     block_shape,
     hidden_parameters,
     leaf_module_param_count,
+    model_count_args,
     param_breakdown,
     true_param_count,
 )
@@ -39,6 +41,7 @@ _TALLY_KEYS = OrderedDict(
         ("patch embedding (conv)", "patch_embedding"),
         ("class/dist/register tokens", "tokens"),
         ("position embedding", "position_embedding"),
+        ("norm before the blocks", "pre_norm"),
         ("encoder blocks", "blocks"),
         ("final norm", "final_norm"),
         ("representation (pre_logits)", "representation"),
@@ -101,41 +104,18 @@ def _tally(model: VisionTransformer) -> dict[str, Any]:
 def _analytic(model: VisionTransformer) -> dict[str, Any]:
     h = model.embed_dim
     arch = describe_model(model)
-    square = arch.img_size[0] == arch.img_size[1]
     shape = block_shape(model.blocks[0])
     text = block_formula_text(h, **shape)
     return OrderedDict(
         h=h,
         block_shape=shape,
+        block_layers=block_layers(model.blocks[0]),
         block_formula=text.pop("block"),
         block=block_param_formula(h, **shape),
         parts=OrderedDict((k, v) for k, v in block_part_formulas(h, **shape).items() if k in text),
         part_formulas=text,
-        # the formula knows square images only; None where it does not apply
-        model=analytic_param_count(
-            patch_size=arch.patch_size,
-            embed_dim=arch.embed_dim,
-            depth=arch.depth,
-            num_classes=arch.num_classes,
-            img_size=arch.img_size[0],
-            in_chans=arch.in_chans,
-            representation_size=arch.representation_size,
-            distilled=arch.distilled,
-            reg_tokens=model.num_reg_tokens,
-            pos_embed="learn" if isinstance(model.pos_embed, nn.Parameter) else "none",
-            qkv_bias=shape["qkv_biases"] > 0,
-            eva_names=shape["qkv_biases"] == 2,
-            init_values=1.0 if shape["layer_scale"] else None,
-            swiglu_mlp=shape["mlp_matrices"] == 3,
-            mlp_hidden=shape["mlp_hidden"],
-            class_token=model.has_class_token,
-            no_embed_class=model.no_embed_class,
-            global_pool="map" if model.attn_pool is not None else model.global_pool,
-            # the pool MLP width as a ratio that int(h * ratio) turns back into that width
-            mlp_ratio=(model.attn_pool.mlp.hidden_features + 0.5) / h if model.attn_pool is not None else 4.0,
-        )
-        if square
-        else None,
+        # every figure read from the model; the formula knows square images only: None where it does not apply
+        model=analytic_param_count(**model_count_args(model)) if arch.img_size[0] == arch.img_size[1] else None,
     )
 
 

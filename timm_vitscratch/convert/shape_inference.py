@@ -69,13 +69,17 @@ def infer_arch(
                 f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {stated}, but "
                 f"its weights hold {what}: tensors are missing or the config is not this model's"
             )
-    qkv = _need(shapes, "blocks.0.attn.qkv.weight", "attention projection in block 0", sources)
-    if tuple(qkv) != (3 * embed_dim, embed_dim):
+    fused = options.get("qkv_fused", True)  # Eva's separate q/k/v projections (EVA02 base and large)
+    qkv_key, rows = ("blocks.0.attn.qkv.weight", 3) if fused else ("blocks.0.attn.q_proj.weight", 1)
+    qkv = _need(shapes, qkv_key, "attention projection in block 0", sources)
+    if tuple(qkv) != (rows * embed_dim, embed_dim):
         raise _no_variant(
-            f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for embed_dim {embed_dim}"
+            f"attention projection {qkv_key} is {qkv}, expected {(rows * embed_dim, embed_dim)} for embed_dim "
+            f"{embed_dim}"
         )
     swiglu = bool(options.get("swiglu_mlp"))
-    fc1_key = "blocks.0.mlp.fc1_g.weight" if swiglu else "blocks.0.mlp.fc1.weight"
+    packed = swiglu and "blocks.0.mlp.fc1_g.weight" not in shapes  # timm's packed SwiGLU: gate and value in one fc1
+    fc1_key = "blocks.0.mlp.fc1_g.weight" if swiglu and not packed else "blocks.0.mlp.fc1.weight"
     fc1 = _need(shapes, fc1_key, "MLP in block 0", sources)
     if len(fc1) != 2 or fc1[1] != embed_dim:
         raise _no_variant(f"MLP input projection is {fc1}, expected (hidden, {embed_dim})")
@@ -90,7 +94,7 @@ def infer_arch(
         num_classes=0,
         representation_size=None,
         distilled=distilled,
-        mlp_hidden=fc1[0],
+        mlp_hidden=fc1[0] // 2 if packed else fc1[0],
         norm_eps=hints.get("norm_eps", family_norm_eps(options)),
         options=options,
     )

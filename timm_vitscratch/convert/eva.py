@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConversionError
 from ..models.architecture import Arch
+from ..models.model_args import DEFAULTS
 from ..models.variants import ARCHITECTURES
 from .source_format import ReferenceSpec
 
@@ -31,6 +32,16 @@ EVA02_ARGS = ARCHITECTURES["scratch_eva02_b14"]
 LICENSES = {"pe": "apache-2.0", "eva02": "mit"}
 #: the LayerNorm eps of each family: PE's norms are built with 1e-5, EVA02's with 1e-6
 NORM_EPS = {"pe": float(PE_ARGS["norm_eps"]), "eva02": 1e-6}
+
+
+#: the options either family sets, at the model's defaults: what neither the shapes nor the family change
+NEUTRAL: dict[str, Any] = {
+    **{k: DEFAULTS[k] for k in ("attn_type", "pre_norm", "rope_grid_indexing", "rope_grid_offset", "init_values")},
+    **{k: DEFAULTS[k] for k in ("swiglu_mlp", "qkv_fused", "scale_mlp", "scale_attn_inner", "final_norm")},
+    **{k: DEFAULTS[k] for k in ("pool_include_prefix", "attn_pool_num_heads", "attn_pool_mlp_ratio")},
+    "eva_names": True,
+    "rope_type": "cat",
+}
 
 
 def eva_family(shapes: dict[str, tuple[int, ...]]) -> str:
@@ -59,12 +70,12 @@ def _pool_options(shapes: dict[str, tuple[int, ...]], width: int, family: str) -
             pool_include_prefix=True,
             attn_pool_num_heads=PE_ARGS["attn_pool_num_heads"],
             attn_pool_mlp_ratio=shapes.get("attn_pool.mlp.fc1.weight", (4 * width,))[0] / width,
-            **({} if "norm.weight" in shapes else {"final_norm": False}),
+            final_norm="norm.weight" in shapes,
         )
     if "fc_norm.weight" in shapes:
-        return dict(global_pool="avg")
+        return dict(global_pool="avg", fc_norm=True)
     if family == "eva02" and "norm.weight" in shapes:
-        return dict(global_pool="token")
+        return dict(global_pool="token", fc_norm=False)
     return dict(global_pool="avg", fc_norm=False, final_norm="norm.weight" in shapes)
 
 
@@ -77,10 +88,9 @@ def eva_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         )
     width = shapes["patch_embed.proj.weight"][0]
     family = eva_family(shapes)
-    options: dict[str, Any] = dict(eva_names=True, rope_type="cat")
     class_token = "cls_token" in shapes
-    if not class_token:
-        options["class_token"] = False
+    # every option either family sets, stated whatever the variant chosen has: the model is the weights' exactly
+    options: dict[str, Any] = dict(NEUTRAL, class_token=class_token)
     if "reg_token" in shapes:
         options["reg_tokens"] = shapes["reg_token"][1]
     if "blocks.0.gamma_1" in shapes:  # any value builds the gammas, which are then loaded
@@ -110,9 +120,9 @@ def eva_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
             swiglu_mlp=True,
             ref_feat_shape=EVA02_ARGS["ref_feat_shape"],
             qkv_bias=f"blocks.0.attn.{'q_proj.bias' if separate else 'q_bias'}" in shapes,
-            **({"qkv_fused": False} if separate else {}),
-            **({"scale_mlp": True} if scale_mlp else {}),
-            **({"scale_attn_inner": True} if "blocks.0.attn.norm.weight" in shapes else {}),
+            qkv_fused=not separate,
+            scale_mlp=scale_mlp,
+            scale_attn_inner="blocks.0.attn.norm.weight" in shapes,
         )
     options.update(_pool_options(shapes, width, family))
     return options
@@ -138,7 +148,6 @@ EVA_ARGS = {
     "scale_mlp": "scale_mlp",
     "scale_attn_inner": "scale_attn_inner",
     "pre_norm": "use_pre_transformer_norm",
-    "final_norm": "use_post_transformer_norm",
     "fc_norm": "use_fc_norm",
     "global_pool": "global_pool",
     "attn_pool_num_heads": "attn_pool_num_heads",
@@ -149,8 +158,11 @@ EVA_ARGS = {
     "ref_feat_shape": "ref_feat_shape",
     "dynamic_img_size": "dynamic_img_size",
 }
-#: options every EVA02 / PE model has that Eva has implicitly (its attention pool reads the prefix tokens too)
-EVA_IMPLIED = ("rope_type", "eva_names", "pool_include_prefix")
+#: options every EVA02 / PE model has that Eva has implicitly (its attention pool reads the prefix tokens too), or
+#: spells its own way (``final_norm``: Eva's norm after the blocks is there when asked for and no ``fc_norm`` is)
+EVA_IMPLIED = ("rope_type", "eva_names", "pool_include_prefix", "final_norm")
+#: the pools that pool through ``fc_norm`` unless told otherwise (Eva's and ours alike)
+FC_NORM_POOLS = ("avg", "avgmax", "max")
 
 
 def timm_eva(spec: ReferenceSpec) -> Eva:
@@ -165,6 +177,9 @@ def timm_eva(spec: ReferenceSpec) -> Eva:
     unknown = sorted(set(arch.options) - set(EVA_ARGS) - set(EVA_IMPLIED))
     if unknown or arch.options.get("rope_type") != "cat":
         raise ConversionError(f"timm's Eva (the reference) has no EVA02 / PE option for {', '.join(unknown)}")
+    options = arch.options
+    fc_norm = options.get("fc_norm")
+    fc_norm = options.get("global_pool") in FC_NORM_POOLS if fc_norm is None else fc_norm
     return Eva(
         img_size=spec.img_size,
         patch_size=arch.patch_size,
@@ -178,5 +193,6 @@ def timm_eva(spec: ReferenceSpec) -> Eva:
         use_rot_pos_emb=True,
         rope_type="cat",
         norm_layer=partial(LayerNorm, eps=arch.norm_eps),
-        **{EVA_ARGS[k]: v for k, v in arch.options.items() if k in EVA_ARGS},
+        use_post_transformer_norm=options.get("final_norm", True) and not fc_norm,
+        **{EVA_ARGS[k]: v for k, v in options.items() if k in EVA_ARGS},
     )

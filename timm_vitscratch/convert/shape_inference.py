@@ -180,9 +180,12 @@ def _same(a: Any, b: Any) -> bool:
 
 
 #: options that set a model family apart (a DINOv3 checkpoint becomes a DINOv3 variant, a classic one a classic)
-FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed", "class_token")
-#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases)
-VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias")
+FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed", "class_token", "pre_norm")
+#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases; EVA02's base
+#: from its tiny and its CLIP tower; PE core from spatial)
+VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias", "qkv_fused", "scale_mlp", "scale_attn_inner", "global_pool")
+#: options a variant has that an argument cannot take away (timm's create_model drops arguments that are None)
+NOT_REMOVABLE = ("init_values",)
 
 
 def _differs(spec: Mapping[str, Any], arch: Arch, options: tuple[str, ...]) -> int:
@@ -193,6 +196,7 @@ def _distance(name: str, arch: Arch) -> tuple[int, ...]:
     spec = variant_args(name)
     return (
         _differs(spec, arch, FAMILY_OPTIONS),
+        sum(bool(spec.get(k)) and not arch.options.get(k) for k in NOT_REMOVABLE),
         spec["embed_dim"] != arch.embed_dim,
         spec["patch_size"] != arch.patch_size,
         abs(spec["depth"] - arch.depth),

@@ -8,10 +8,11 @@ timm reads as Meta's or BAAI's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import timm
 import torch
+from timm.models.eva import Eva
 from torch import nn
 
 #: small enough for every test: 4 heads of width 16 (the axial rotary needs a multiple of 4)
@@ -33,12 +34,12 @@ def randomized(model: nn.Module, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
-def timm_model(timm_name: str, seed: int = 0, **overrides: Any) -> nn.Module:
+def timm_model(timm_name: str, seed: int = 0, **overrides: Any) -> Eva:
     """timm's model of that name, tiny (``TINY`` unless overridden), every weight random."""
-    model = randomized(timm.create_model(timm_name, **{**TINY, **overrides}), seed)
+    model = cast(Eva, randomized(timm.create_model(timm_name, **{**TINY, **overrides}), seed))
     if "pe_core" in timm_name:
         with torch.no_grad():
-            model.head.bias.zero_()  # Meta's projection has no bias: timm's importer makes it zero
+            cast(nn.Linear, model.head).bias.zero_()  # Meta's projection has no bias: timm's importer makes it zero
     return model
 
 
@@ -141,9 +142,10 @@ def baai_eva_state_dict(model: nn.Module, mim: bool = False, clip: bool = False)
         if mim and key.startswith("fc_norm."):
             key = key[len("fc_") :]
         out[key] = value.detach().clone()
-    width = model.embed_dim
-    head_dim = width // model.blocks[0].attn.num_heads
-    grid = model.patch_embed.grid_size
+    eva: Any = model  # timm's Eva, read by its attributes
+    width = int(eva.embed_dim)
+    head_dim = width // int(eva.blocks[0].attn.num_heads)
+    grid = eva.patch_embed.grid_size
     out["rope.freqs_cos"] = torch.randn(grid[0] * grid[1], head_dim)  # fixed buffers: dropped, rebuilt
     out["rope.freqs_sin"] = torch.randn(grid[0] * grid[1], head_dim)
     if mim:

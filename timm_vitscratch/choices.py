@@ -33,7 +33,7 @@ NORM_NAMES = ("layernorm",)
 #: every checkpoint source, by the name ``convert --from`` takes; registering one is adding its name here.
 #: Source NAME is two modules: ``layouts/NAME.py`` (its key map; defines ``LAYOUT``) and
 #: ``convert/NAME_format.py`` (what conversion adds; defines ``FORMAT``). See docs/architecture.md.
-SOURCES = ("timm", "torchvision", "transformers", "jax", "meta_dinov3")
+SOURCES = ("timm", "torchvision", "transformers", "jax", "meta_dinov3", "meta_pe", "baai_eva")
 #: the sources ``export`` also writes (their format has ``export_map`` and ``export_suffixes``)
 EXPORT_TARGETS = ("timm", "torchvision", "jax", "transformers")
 #: dtypes ``convert`` / ``export`` may write (``--dtype``), by torch's names

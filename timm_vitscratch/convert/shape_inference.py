@@ -69,13 +69,16 @@ def infer_arch(
                 f"the checkpoint's own {hints.get('stated_by', 'config')} say {fact} {stated}, but "
                 f"its weights hold {what}: tensors are missing or the config is not this model's"
             )
-    qkv = _need(shapes, "blocks.0.attn.qkv.weight", "attention projection in block 0", sources)
-    if tuple(qkv) != (3 * embed_dim, embed_dim):
+    fused = options.get("qkv_fused", True)  # Eva's separate q/k/v projections (EVA02 base and large)
+    qkv_key, rows = ("blocks.0.attn.qkv.weight", 3) if fused else ("blocks.0.attn.q_proj.weight", 1)
+    qkv = _need(shapes, qkv_key, "attention projection in block 0", sources)
+    if tuple(qkv) != (rows * embed_dim, embed_dim):
         raise _no_variant(
-            f"attention q/k/v projection is {qkv}, expected {(3 * embed_dim, embed_dim)} for embed_dim {embed_dim}"
+            f"attention projection {qkv_key} is {qkv}, expected {(rows * embed_dim, embed_dim)} for embed_dim "
+            f"{embed_dim}"
         )
     swiglu = bool(options.get("swiglu_mlp"))
-    packed = swiglu and "blocks.0.mlp.fc1_g.weight" not in shapes  # timm's packed SwiGLU: fc1 is gate and value
+    packed = swiglu and "blocks.0.mlp.fc1_g.weight" not in shapes  # timm's packed SwiGLU: gate and value in one fc1
     fc1_key = "blocks.0.mlp.fc1_g.weight" if swiglu and not packed else "blocks.0.mlp.fc1.weight"
     fc1 = _need(shapes, fc1_key, "MLP in block 0", sources)
     if len(fc1) != 2 or fc1[1] != embed_dim or (packed and fc1[0] % 2):
@@ -177,9 +180,12 @@ def _same(a: Any, b: Any) -> bool:
 
 
 #: options that set a model family apart (a DINOv3 checkpoint becomes a DINOv3 variant, a classic one a classic)
-FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed", "class_token")
-#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases, registers)
-VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias", "reg_tokens")
+FAMILY_OPTIONS = ("rope_type", "eva_names", "pos_embed", "class_token", "pre_norm")
+#: options that tell variants of one family apart at one width (S vs S+, with or without q/v biases, registers;
+#: EVA02's base from its tiny and its CLIP tower; PE core from spatial)
+VARIANT_OPTIONS = ("swiglu_mlp", "qkv_bias", "reg_tokens", "qkv_fused", "scale_mlp", "scale_attn_inner", "global_pool")
+#: options a variant has that an argument cannot take away (timm's create_model drops arguments that are None)
+NOT_REMOVABLE = ("init_values",)
 
 
 def _differs(spec: Mapping[str, Any], arch: Arch, options: tuple[str, ...]) -> int:
@@ -190,6 +196,7 @@ def _distance(name: str, arch: Arch) -> tuple[int, ...]:
     spec = variant_args(name)
     return (
         _differs(spec, arch, FAMILY_OPTIONS),
+        sum(bool(spec.get(k)) and not arch.options.get(k) for k in NOT_REMOVABLE),
         spec["embed_dim"] != arch.embed_dim,
         spec["patch_size"] != arch.patch_size,
         abs(spec["depth"] - arch.depth),

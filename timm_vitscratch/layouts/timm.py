@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ConversionError
+from .baai_eva import eva_prefix
 from .checkpoint import Checkpoint
 from .keymap import KeyMap, Rule
 from .layout import Layout, Resample
@@ -30,13 +31,16 @@ class TimmLayout(Layout):
             "patch_embed.proj.weight" in keys
             and any(k.startswith("blocks.") for k in keys)
             and not any(marker in keys for marker in META_DINOV3_MARKERS)  # Meta's DINOv3 names: source meta_dinov3
+            and eva_prefix(keys) is None  # BAAI's EVA02 names: source baai_eva
         )
 
     def key_map(self, keys: set[str], depth: int) -> KeyMap:
         return {key: Rule.rename(key) for key in keys}
 
     def ignorable_keys(self, checkpoint: Checkpoint) -> set[str]:
-        for pattern, feature in UNSUPPORTED_FEATURES:
+        # Eva's EVA02 (separate q/k/v) has its scale norms where the scratch ViT's EVA02 has them
+        eva02 = "blocks.0.attn.q_proj.weight" in checkpoint
+        for pattern, feature in UNSUPPORTED_FEATURES[eva02:]:
             hits = [k for k in checkpoint.keys() if re.search(pattern, k)]
             if hits:
                 raise ConversionError(

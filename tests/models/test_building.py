@@ -12,7 +12,7 @@ from timm.layers import AttentionPoolLatent as TimmAttentionPool
 from timm.layers import LayerScale as TimmLayerScale
 from timm.layers import Mlp as TimmMlp
 from timm.layers import PatchEmbed as TimmPatchEmbed
-from timm.models.eva import EvaBlock
+from timm.models.eva import EvaAttention, EvaBlock
 from timm.models.vision_transformer import Block as TimmBlock
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 from torch import nn
@@ -35,9 +35,10 @@ LAYERS = [
     (AttentionPool, TimmAttentionPool, 1),
     (LayerScale, TimmLayerScale, 1),
 ]
-#: our options timm's layers do not have: the attention path switch, timm's old qk_scale, and the switch to timm's
-#: Eva names for the same layers (DINOv3: ``eva_names`` on the block, ``eva_bias`` on the attention)
-OWN_OPTIONS = {"attn_impl", "qk_scale", "eva_names", "eva_bias"}
+#: our options timm's layers do not have: the attention path switch, timm's old qk_scale, the switch to timm's
+#: Eva names for the same layers (``eva_names`` on the block), the attention's projection layout (timm picks
+#: between its attention classes and Eva's ``qkv_fused``) and its rotary pairing (timm's ``rotate_half``, negated)
+OWN_OPTIONS = {"attn_impl", "qk_scale", "eva_names", "qkv_form", "rope_interleaved"}
 
 
 def _parameters(cls: type) -> list[inspect.Parameter]:
@@ -50,8 +51,15 @@ def test_layer_options_are_keyword_only_and_named_as_timms(ours, theirs, sizes):
     assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params[:sizes])
     assert all(p.kind is p.KEYWORD_ONLY for p in params[sizes:]), [p.name for p in params[sizes:]]
     timm_names = {p.name for p in _parameters(theirs)}
-    if ours is Block:  # DINOv3's SwiGLU options, named as timm's Eva block names them
-        timm_names |= {p.name for p in _parameters(EvaBlock)} & {"swiglu_mlp", "swiglu_align_to"}
+    if ours is Block:  # the SwiGLU and EVA02's norms, named as timm's Eva block names them
+        timm_names |= {p.name for p in _parameters(EvaBlock)} & {
+            "swiglu_mlp",
+            "swiglu_align_to",
+            "scale_mlp",
+            "scale_attn_inner",
+        }
+    if ours is Attention:  # EVA02-CLIP's norm on the merged heads, named as timm's Eva attention names it
+        timm_names |= {p.name for p in _parameters(EvaAttention)} & {"scale_norm"}
     assert {p.name for p in params} - timm_names <= OWN_OPTIONS
     assert {"device", "dtype"} <= {p.name for p in params}
 

@@ -1,5 +1,5 @@
-"""EVA02, the Perception Encoder and DINOv2 giant, which timm builds with its ``Eva`` (EVA02, PE) and its classic
-``VisionTransformer`` with a packed SwiGLU (DINOv2 giant): every row against timm's model.
+"""DINOv2, SigLIP, EVA02 and the Perception Encoder, which timm builds with its classic ``VisionTransformer``
+(DINOv2, its giant with a packed SwiGLU, SigLIP) and its ``Eva`` (EVA02, PE): every row against timm's model.
 
 Per row, at a small width and depth (the row's own patch size, input size, rotary reference grid and options):
 timm's model (parameters perturbed off their init) gives its state dict, ours loads it strict and unchanged, the
@@ -28,10 +28,18 @@ from tests.support.dinov3_pairs import max_diff, perturbed
 from tests.support.naflex_batches import images, naflex_batch
 from tests.support.pretrained_caches import lay_in_hf_cache, save_safetensors
 from timm_vitscratch.models.pretrained import TIMM_TAGS
-from timm_vitscratch.models.variants import EVA02_VARIANTS, PE_VARIANTS, TIMM_NAMES
+from timm_vitscratch.models.variants import (
+    DINOV2_TIMM_NAMES,
+    EVA02_VARIANTS,
+    PE_VARIANTS,
+    SIGLIP_TIMM_NAMES,
+    TIMM_NAMES,
+)
 
 TOL = 1e-5
-ROWS = [*EVA02_VARIANTS, *PE_VARIANTS, "scratch_dinov2_g14", "scratch_dinov2_g14_reg4"]
+#: every row of the families timm builds with its classic ViT or its Eva (DINOv3's rows have their own tests;
+#: SigLIP 2's NaFlex towers load NaFlexVit's names: tests/models/test_siglip2_naflex.py)
+ROWS = [*DINOV2_TIMM_NAMES, *SIGLIP_TIMM_NAMES, *EVA02_VARIANTS, *PE_VARIANTS]
 #: small enough for every row: 4 heads of width 24 (rotary needs a multiple of 4), the packed SwiGLU's hidden even
 SMALL = dict(depth=2, embed_dim=96, num_heads=4)
 

@@ -126,6 +126,9 @@ def _dinov2(name: str) -> dict[str, Any]:
 #: timm's per model (GELU, or its tanh approximation where timm's entry point says so)
 _SIGLIP = dict(class_token=False, global_pool="map")
 _SO400M = dict(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362)
+_GOPT = dict(embed_dim=1536, depth=40, num_heads=16)
+#: the ``_gap`` towers: the tokens' mean, no norm after it (overrides ``_SIGLIP``'s attention pool)
+_SIGLIP_GAP = dict(global_pool="avg", fc_norm=False)
 #: our SigLIP variant -> (timm's model of the same architecture, its arguments beyond ``_SIGLIP``).
 #: Names: ``scratch_siglip_<size><patch>[_<resolution>]``, the resolution left out at 224 as for the classic ViT.
 SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -141,6 +144,99 @@ SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "scratch_siglip_so400m14": ("vit_so400m_patch14_siglip_224", dict(patch_size=14, **_SO400M)),
     "scratch_siglip_so400m14_378": ("vit_so400m_patch14_siglip_378", dict(patch_size=14, img_size=378, **_SO400M)),
+    # the other towers timm lists weights for: ViT-B/32, giant-opt, SO400M/16, and every `_gap` form (the mean of
+    # the tokens without a norm after it, instead of the attention pool). Not SO400M/14 at 384: 14 does not divide
+    # 384, which timm crops and this model refuses (patch_embed.py)
+    "scratch_siglip_b16_gap": ("vit_base_patch16_siglip_gap_224", dict(patch_size=16, **_SIGLIP_GAP, **_B)),
+    "scratch_siglip_b16_gap_256": (
+        "vit_base_patch16_siglip_gap_256",
+        dict(patch_size=16, img_size=256, **_SIGLIP_GAP, **_B),
+    ),
+    "scratch_siglip_b16_gap_384": (
+        "vit_base_patch16_siglip_gap_384",
+        dict(patch_size=16, img_size=384, **_SIGLIP_GAP, **_B),
+    ),
+    "scratch_siglip_b16_gap_512": (
+        "vit_base_patch16_siglip_gap_512",
+        dict(patch_size=16, img_size=512, **_SIGLIP_GAP, **_B),
+    ),
+    "scratch_siglip_b32_256": (
+        "vit_base_patch32_siglip_256",
+        dict(patch_size=32, img_size=256, act_layer="gelu_tanh", **_B),
+    ),
+    "scratch_siglip_b32_gap_256": (
+        "vit_base_patch32_siglip_gap_256",
+        dict(patch_size=32, img_size=256, act_layer="gelu_tanh", **_SIGLIP_GAP, **_B),
+    ),
+    "scratch_siglip_gopt16_256": (
+        "vit_giantopt_patch16_siglip_256",
+        dict(patch_size=16, img_size=256, act_layer="gelu_tanh", **_GOPT),
+    ),
+    "scratch_siglip_gopt16_384": (
+        "vit_giantopt_patch16_siglip_384",
+        dict(patch_size=16, img_size=384, act_layer="gelu_tanh", **_GOPT),
+    ),
+    "scratch_siglip_gopt16_gap_256": (
+        "vit_giantopt_patch16_siglip_gap_256",
+        dict(patch_size=16, img_size=256, act_layer="gelu_tanh", **_SIGLIP_GAP, **_GOPT),
+    ),
+    "scratch_siglip_gopt16_gap_384": (
+        "vit_giantopt_patch16_siglip_gap_384",
+        dict(patch_size=16, img_size=384, act_layer="gelu_tanh", **_SIGLIP_GAP, **_GOPT),
+    ),
+    "scratch_siglip_l16_gap_256": (
+        "vit_large_patch16_siglip_gap_256",
+        dict(patch_size=16, img_size=256, **_SIGLIP_GAP, **_L),
+    ),
+    "scratch_siglip_l16_gap_384": (
+        "vit_large_patch16_siglip_gap_384",
+        dict(patch_size=16, img_size=384, **_SIGLIP_GAP, **_L),
+    ),
+    "scratch_siglip_l16_gap_512": (
+        "vit_large_patch16_siglip_gap_512",
+        dict(patch_size=16, img_size=512, act_layer="gelu_tanh", **_SIGLIP_GAP, **_L),
+    ),
+    "scratch_siglip_so400m14_gap": ("vit_so400m_patch14_siglip_gap_224", dict(patch_size=14, **_SIGLIP_GAP, **_SO400M)),
+    "scratch_siglip_so400m14_gap_378": (
+        "vit_so400m_patch14_siglip_gap_378",
+        dict(patch_size=14, img_size=378, **_SIGLIP_GAP, **_SO400M),
+    ),
+    "scratch_siglip_so400m14_gap_384": (
+        "vit_so400m_patch14_siglip_gap_384",
+        dict(patch_size=14, img_size=384, **_SIGLIP_GAP, **_SO400M),
+    ),
+    "scratch_siglip_so400m14_gap_448": (
+        "vit_so400m_patch14_siglip_gap_448",
+        dict(patch_size=14, img_size=448, **_SIGLIP_GAP, **_SO400M),
+    ),
+    "scratch_siglip_so400m14_gap_896": (
+        "vit_so400m_patch14_siglip_gap_896",
+        dict(patch_size=14, img_size=896, **_SIGLIP_GAP, **_SO400M),
+    ),
+    "scratch_siglip_so400m16_256": (
+        "vit_so400m_patch16_siglip_256",
+        dict(patch_size=16, img_size=256, act_layer="gelu_tanh", **_SO400M),
+    ),
+    "scratch_siglip_so400m16_384": (
+        "vit_so400m_patch16_siglip_384",
+        dict(patch_size=16, img_size=384, act_layer="gelu_tanh", **_SO400M),
+    ),
+    "scratch_siglip_so400m16_512": (
+        "vit_so400m_patch16_siglip_512",
+        dict(patch_size=16, img_size=512, act_layer="gelu_tanh", **_SO400M),
+    ),
+    "scratch_siglip_so400m16_gap_256": (
+        "vit_so400m_patch16_siglip_gap_256",
+        dict(patch_size=16, img_size=256, act_layer="gelu_tanh", **_SIGLIP_GAP, **_SO400M),
+    ),
+    "scratch_siglip_so400m16_gap_384": (
+        "vit_so400m_patch16_siglip_gap_384",
+        dict(patch_size=16, img_size=384, act_layer="gelu_tanh", **_SIGLIP_GAP, **_SO400M),
+    ),
+    "scratch_siglip_so400m16_gap_512": (
+        "vit_so400m_patch16_siglip_gap_512",
+        dict(patch_size=16, img_size=512, act_layer="gelu_tanh", **_SIGLIP_GAP, **_SO400M),
+    ),
 }
 SIGLIP_TIMM_NAMES: dict[str, str] = {name: timm_name for name, (timm_name, _) in SIGLIP_VARIANTS.items()}
 
@@ -1015,3 +1111,123 @@ def scratch_siglip2_b16_naflex(pretrained: bool = False, **kwargs: Any) -> Visio
 @register_model
 def scratch_siglip2_so400m16_naflex(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_siglip2_so400m16_naflex", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_gap(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_gap", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_gap_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_gap_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_gap_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_gap_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b16_gap_512(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b16_gap_512", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b32_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b32_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_b32_gap_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_b32_gap_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_gopt16_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_gopt16_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_gopt16_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_gopt16_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_gopt16_gap_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_gopt16_gap_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_gopt16_gap_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_gopt16_gap_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_l16_gap_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_l16_gap_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_l16_gap_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_l16_gap_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_l16_gap_512(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_l16_gap_512", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14_gap(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14_gap", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14_gap_378(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14_gap_378", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14_gap_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14_gap_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14_gap_448(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14_gap_448", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m14_gap_896(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m14_gap_896", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m16_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m16_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m16_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m16_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m16_512(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m16_512", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m16_gap_256(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m16_gap_256", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m16_gap_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m16_gap_384", pretrained, **kwargs)
+
+
+@register_model
+def scratch_siglip_so400m16_gap_512(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    return _create("scratch_siglip_so400m16_gap_512", pretrained, **kwargs)

@@ -109,6 +109,16 @@ def test_bare_pe_state_dict_converts_as_the_variant_model_names(tmp_path):
     assert max_diff == 0
 
 
+def test_bare_pe_with_layer_scale_reads_from_eva_names(tmp_path):
+    """PE lang has Eva's ``gamma_1`` / ``gamma_2``: PE by its names, its rotary grid the position table's, as Meta's."""
+    source = timm_model("vit_pe_lang_large_patch14_448", img_size=56, ref_feat_shape=(4, 4))
+    save_file(source.state_dict(), str(tmp_path / "pe.safetensors"))
+    result = convert(tmp_path / "pe.safetensors", tmp_path / "out", num_heads=TINY["num_heads"], verify=True)
+    assert (result.model_name, result.assumed) == ("scratch_pe_lang_l14", {})
+    assert result.verification.confirmed and result.verification.max_abs_diff == 0
+    assert diff(ours_from(tmp_path / "out"), source, 56) == 0
+
+
 def test_config_naming_another_family_is_refused(tmp_path):
     """A config.json naming PE beside EVA02's weights is not this model's: refused, not read either way."""
     source = timm_model("eva02_tiny_patch14_224", img_size=56)

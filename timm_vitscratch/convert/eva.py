@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConversionError
 from ..models.architecture import Arch
 from ..models.model_args import DEFAULTS
-from ..models.variants import ARCHITECTURES
+from ..models.variants import ARCHITECTURES, EVA02_VARIANTS, PE_VARIANTS, TIMM_NAMES
 from .source_format import ReferenceSpec
 
 if TYPE_CHECKING:
@@ -42,6 +42,48 @@ NEUTRAL: dict[str, Any] = {
     "eva_names": True,
     "rope_type": "cat",
 }
+
+
+#: our-layout keys only timm Eva's EVA02 has, beside the Eva names DINOv3 shares (``q_bias``, ``fc1_g``, ``gamma_1``)
+EVA02_KEYS = ("blocks.0.attn.q_proj.weight", "blocks.0.mlp.norm.weight", "blocks.0.attn.norm.weight")
+#: the options no weight records, which a named variant fixes: its rotary position and its attention pool's heads
+UNRECORDED = (
+    "rope_type",
+    "rope_temperature",
+    "rope_grid_offset",
+    "rope_grid_indexing",
+    "ref_feat_shape",
+    "attn_type",
+    "attn_pool_num_heads",
+)
+
+
+def eva_variant(architecture: object) -> str | None:
+    """Our EVA02 / PE variant a model name stands for (ours, or the timm model of the same architecture)."""
+    family = {**EVA02_VARIANTS, **PE_VARIANTS}
+    if architecture in family:
+        return str(architecture)
+    return next((ours for ours in family if TIMM_NAMES[ours] == architecture), None)
+
+
+def variant_family(name: str) -> str:
+    """``'pe'`` or ``'eva02'`` for one of our EVA02 / PE variants."""
+    return "pe" if name in PE_VARIANTS else "eva02"
+
+
+def variant_options(shapes: dict[str, tuple[int, ...]], name: str) -> dict[str, Any]:
+    """:func:`eva_options` for weights of variant ``name`` (named by a config or the user): what the shapes say,
+    and the variant's own options where no weight records them (its rotary reference grid, say, which a table
+    resampled to another size no longer tells)."""
+    family = eva_family(shapes)
+    if family != variant_family(name):
+        have = "a LayerNorm before the blocks (norm_pre)" if family == "pe" else "no LayerNorm before the blocks"
+        raise ConversionError(
+            f"{name} is {'a Perception Encoder' if variant_family(name) == 'pe' else 'EVA02'}, but the weights have "
+            f"{have}: they are {'a Perception Encoder' if family == 'pe' else 'EVA02'}'s"
+        )
+    variant = {**DEFAULTS, **ARCHITECTURES[name]}
+    return {**eva_options(shapes, variant["ref_feat_shape"]), **{k: variant[k] for k in UNRECORDED}}
 
 
 def eva_family(shapes: dict[str, tuple[int, ...]]) -> str:
@@ -79,9 +121,10 @@ def _pool_options(shapes: dict[str, tuple[int, ...]], width: int, family: str) -
     return dict(global_pool="avg", fc_norm=False, final_norm="norm.weight" in shapes)
 
 
-def eva_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+def eva_options(shapes: dict[str, tuple[int, ...]], ref_feat_shape: Any = None) -> dict[str, Any]:
     """The scratch model's options for EVA02 or PE weights in our (Eva's) names: the family's, and what the
-    shapes say (class token, layer scale, separate q/k/v, the norms inside attention and MLP, the pooling)."""
+    shapes say (class token, layer scale, separate q/k/v, the norms inside attention and MLP, the pooling).
+    ``ref_feat_shape``: PE's rotary reference grid where a variant fixes it (else the position table's grid)."""
     if "pos_embed" not in shapes or "patch_embed.proj.weight" not in shapes:
         raise ConversionError(
             "these Eva weights have no position table (pos_embed): EVA02 and PE have one (DINOv3 has none)"
@@ -100,7 +143,7 @@ def eva_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         options.update(
             {k: PE_ARGS[k] for k in ("attn_type", "pre_norm", "rope_grid_indexing")},
             rope_grid_offset=float(class_token),  # Meta's rotary counts the class token as position 0
-            ref_feat_shape=_grid(shapes, prefix),
+            ref_feat_shape=_grid(shapes, prefix) if ref_feat_shape is None else ref_feat_shape,
             qkv_bias="blocks.0.attn.qkv.bias" in shapes,
         )
     else:

@@ -106,9 +106,9 @@ def _resampler(
     return resample
 
 
-def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> tuple[Arch, KeyMap, set[str]]:
+def read_arch(checkpoint: Checkpoint, fmt: SourceFormat, model: str | None = None) -> tuple[Arch, KeyMap, set[str]]:
     """The architecture a checkpoint holds (heads as far as the source says), its key map, and the keys
-    that may be dropped."""
+    that may be dropped; ``model`` is the variant the user names, where the weights leave the family open."""
     keys = set(checkpoint.keys())
     ignored = fmt.ignorable_keys(checkpoint)
     depth = fmt.depth(keys)
@@ -121,8 +121,8 @@ def read_arch(checkpoint: Checkpoint, fmt: SourceFormat) -> tuple[Arch, KeyMap, 
         if available(rule, keys - ignored)
     }
     sources = {target: rule.sources for target, rule in rules.items()}
-    hints = checked_hints(fmt.hints(checkpoint, keys))
-    arch = infer_arch(shapes, depth, hints, sources, fmt.options(shapes), fmt.recorded_facts(checkpoint, hints))
+    options, hints = fmt.settle_family(shapes, checked_hints(fmt.hints(checkpoint, keys)), model)
+    arch = infer_arch(shapes, depth, hints, sources, options, fmt.recorded_facts(checkpoint, hints))
     return arch, rules, ignored
 
 
@@ -174,7 +174,7 @@ def plan_conversion(
     label_names: list[str] | None = None,
 ) -> ConversionPlan:
     keys = set(checkpoint.keys())
-    arch, rules, ignored = read_arch(checkpoint, fmt)
+    arch, rules, ignored = read_arch(checkpoint, fmt, model)
     name = choose_variant(arch, model)
     settle_heads(arch, name, num_heads)
     settle_mlp(arch, name)

@@ -87,6 +87,14 @@ class SourceFormat(Layout):
         """timm constructor options (``reg_tokens``, ``init_values``, ...) read from our-layout shapes."""
         return {}
 
+    def settle_family(
+        self, shapes: dict[str, tuple[int, ...]], hints: dict[str, Any], model: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The options and hints the architecture is read with: by default the shapes' options (:meth:`options`)
+        and the side config's ``hints``. A format whose shapes leave the model family open settles it here, from
+        a variant the source's config (``hints``) or the user (``model``, ``--model``) names, or refuses."""
+        return self.options(shapes), hints
+
     def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
         """pretrained_cfg entries (mean, std, ...) the weights were trained with, when known."""
         return {}

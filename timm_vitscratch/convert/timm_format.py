@@ -1,9 +1,16 @@
-"""timm ViT / DeiT state dicts. Our parameter names are timm's names, so the key map is the identity.
+"""timm ViT / DeiT state dicts, and timm's ``Eva`` (DINOv3, EVA02, Perception Encoder). Our parameter names are
+timm's names, so the key map is the identity.
 
 timm's newer options (register tokens, LayerScale, ``no_embed_class``, ``norm_pre``, ``fc_norm``,
 qk-norm, ``map`` pooling, no class token) are read from key names and shapes and recorded as
 ``model_args``, when the model can express them. Features it cannot hold are refused by name. Heads
 come from a timm ``config.json`` beside the weights or a train.py checkpoint's ``args``.
+
+Eva's own names tell DINOv3 (no position table) and EVA02 apart from the classic ViT, and are read as the
+``baai_eva`` source reads them (:mod:`timm_vitscratch.convert.eva`). A Perception Encoder without layer scale has
+the classic names of a pre-norm ViT with an attention pool, and its rotary position leaves no trace in the weights:
+only the architecture a config.json beside the weights (or ``--model``) names tells it, and weights that look like
+one are refused without.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from ..models.architecture import Arch
 from ..models.model_args import DEFAULTS, check_architecture, check_model_args
 from ..models.variants import ARCHITECTURES
 from .dinov3 import dinov3_options, has_eva_names, timm_eva
+from .eva import EVA02_KEYS, NORM_EPS, eva_family, eva_options, eva_variant, variant_family, variant_options
+from .eva import timm_eva as timm_eva02_pe
+from .shape_inference import variant_args
 from .source_format import (
     M,
     Reference,
@@ -126,13 +136,28 @@ def architecture_facts(architecture: Any, kwargs: Any, where: str) -> dict[str, 
     return facts
 
 
+def eva_named(shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Names only timm's ``Eva`` gives (``gamma_1``, ``q_bias``, ``fc1_g``, separate ``q_proj``, the norms inside)."""
+    return has_eva_names(shapes) or any(key in shapes for key in EVA02_KEYS)
+
+
+def looks_like_pe(shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Classic names as timm's Perception Encoder without layer scale has them: a LayerNorm before the blocks, no
+    patch bias, and PE core's attention pool or PE spatial's bare tokens (no final norm, no head). A classic
+    pre-norm ViT (CLIP's) pools its class token through a final norm."""
+    pooled = "attn_pool.latent" in shapes or not any(
+        k in shapes for k in ("norm.weight", "fc_norm.weight", "head.weight")
+    )
+    return "norm_pre.weight" in shapes and "patch_embed.proj.bias" not in shapes and pooled
+
+
 class TimmFormat(TimmLayout, SourceFormat):
     reference_name = "timm's VisionTransformer"
     export_suffixes = (".safetensors", ".pth", ".pt", ".bin")
 
     def options(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-        if has_eva_names(shapes):  # timm's Eva DINOv3 (gamma_1, q_bias, fc1_g): the DINOv3 family
-            return dinov3_options(shapes)
+        if eva_named(shapes):  # timm's Eva: DINOv3 has no position table, EVA02 / PE (with layer scale) have one
+            return eva_options(shapes) if "pos_embed" in shapes else dinov3_options(shapes)
         found: dict[str, Any] = {}
         if "reg_token" in shapes:
             found["reg_tokens"] = shapes["reg_token"][1]
@@ -163,6 +188,33 @@ class TimmFormat(TimmLayout, SourceFormat):
             found["init_values"] = LAYER_SCALE_INIT
         return {k: v for k, v in found.items() if k in DEFAULTS}
 
+    def settle_family(
+        self, shapes: dict[str, tuple[int, ...]], hints: dict[str, Any], model: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """EVA02 and PE: the variant a config names (else ``--model``, else the family's names) fixes what no
+        weight records: the rotary position, the norms' eps. Weights that look like PE and name nothing are
+        refused: read as a classic ViT, they would convert without rotary position."""
+        variant = hints.get("variant") if "stated_by" in hints else eva_variant(model)
+        named = eva_named(shapes) and "pos_embed" in shapes
+        if variant is None and not named:
+            if looks_like_pe(shapes) and "stated_by" not in hints and model is None:
+                raise ConversionError(
+                    "these timm weights look like a Perception Encoder (norm_pre, no patch bias, an attention pool "
+                    "or bare tokens), whose rotary position is not in the weights: convert the directory with "
+                    "timm's config.json beside them, or pass --model (scratch_pe_* for PE, a classic variant for a "
+                    "pre-norm ViT without rotary position); Meta's original files convert with --from meta_pe"
+                )
+            return self.options(shapes), hints
+        if variant is None:
+            family, options = eva_family(shapes), eva_options(shapes)
+            stated = {"norm_eps": NORM_EPS[family], "stated_by": f"{family.upper()} in timm Eva's names"}
+        else:
+            family, options = variant_family(variant), variant_options(shapes, variant)
+            stated = {"norm_eps": float(variant_args(variant)["norm_eps"]), "stated_by": f"--model {variant}"}
+        # EVA02's SwiGLU has its SiLU in its names; PE's MLP is GELU (None: timm's default) unless a config says
+        hints = {**stated, "act_layer": None, **hints}
+        return options, {**hints, "act_layer": None} if family == "eva02" else hints
+
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
         """Heads, LayerNorm eps, MLP activation (and image size) from a timm config.json beside the weights or
         a train.py checkpoint's args: what the shapes cannot tell. Without either, timm's defaults hold."""
@@ -172,6 +224,7 @@ class TimmFormat(TimmLayout, SourceFormat):
             model_args = config.get("model_args") or {}
             hints.update(architecture_facts(config["architecture"], model_args, "config.json model_args"))
             hints["stated_by"] = "config.json beside the weights"
+            hints["variant"] = eva_variant(config["architecture"])
             if "num_classes" in config:
                 hints["num_classes"] = config["num_classes"]
             if model_args.get("img_size") is not None:
@@ -180,6 +233,7 @@ class TimmFormat(TimmLayout, SourceFormat):
             kwargs = args.get("model_kwargs") or {}
             hints.update(architecture_facts(args["model"], kwargs, "the checkpoint's train.py args (model_kwargs)"))
             hints["stated_by"] = f"train.py args (model {args['model']!r})"
+            hints["variant"] = eva_variant(args["model"])
         return hints
 
     def preprocessing(self, checkpoint: Checkpoint) -> dict[str, Any]:
@@ -211,6 +265,11 @@ class TimmFormat(TimmLayout, SourceFormat):
         arch = spec.arch
         if arch.options.get("rope_type") == "dinov3":  # timm builds DINOv3 with its Eva; the names are the same
             eva = timm_eva(spec)
+            eva.load_state_dict(checkpoint.state_dict(), strict=True)
+            round_parameters(eva.eval(), spec.round_to)
+            return timm_reference(eva, "timm's Eva")
+        if arch.options.get("rope_type") == "cat":  # EVA02 and PE: timm's Eva, whose names are ours
+            eva = timm_eva02_pe(spec)
             eva.load_state_dict(checkpoint.state_dict(), strict=True)
             round_parameters(eva.eval(), spec.round_to)
             return timm_reference(eva, "timm's Eva")

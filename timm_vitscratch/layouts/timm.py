@@ -1,4 +1,4 @@
-"""timm ViT / DeiT state dicts, and timm's ``Eva`` DINOv3 (its names are our DINOv3 family's): our parameter
+"""timm ViT / DeiT state dicts, and timm's ``Eva`` (DINOv3, EVA02, PE: its names are those families'): our parameter
 names are timm's, so the key map is the identity."""
 
 from __future__ import annotations

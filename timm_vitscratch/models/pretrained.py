@@ -134,7 +134,6 @@ TIMM_TAGS: dict[str, str] = {  # our "variant.tag" -> timm's "model.tag" (weight
     "scratch_siglip_so400m14_gap_378.v2_webli": "vit_so400m_patch14_siglip_gap_378.v2_webli",
     "scratch_siglip_so400m14_gap_378.webli": "vit_so400m_patch14_siglip_gap_378.webli",
     "scratch_siglip_so400m14_gap_378.webli_ft_in1k": "vit_so400m_patch14_siglip_gap_378.webli_ft_in1k",
-    "scratch_siglip_so400m14_gap_384.webli": "vit_so400m_patch14_siglip_gap_384.webli",
     "scratch_siglip_so400m14_gap_448.pali_mix": "vit_so400m_patch14_siglip_gap_448.pali_mix",
     "scratch_siglip_so400m14_gap_448.pali_pt": "vit_so400m_patch14_siglip_gap_448.pali_pt",
     "scratch_siglip_so400m14_gap_448.pali_refcoco_seg": "vit_so400m_patch14_siglip_gap_448.pali_refcoco_seg",

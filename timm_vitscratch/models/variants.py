@@ -145,8 +145,8 @@ SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "scratch_siglip_so400m14": ("vit_so400m_patch14_siglip_224", dict(patch_size=14, **_SO400M)),
     "scratch_siglip_so400m14_378": ("vit_so400m_patch14_siglip_378", dict(patch_size=14, img_size=378, **_SO400M)),
     # the other towers timm lists weights for: ViT-B/32, giant-opt, SO400M/16, and every `_gap` form (the mean of
-    # the tokens without a norm after it, instead of the attention pool). Not SO400M/14 at 384: 14 does not divide
-    # 384, which timm crops and this model refuses (patch_embed.py)
+    # the tokens without a norm after it, instead of the attention pool). Not SO400M/14 at 384 (with and without the
+    # pool): 14 does not divide 384, which timm crops and this model refuses (patch_embed.py)
     "scratch_siglip_b16_gap": ("vit_base_patch16_siglip_gap_224", dict(patch_size=16, **_SIGLIP_GAP, **_B)),
     "scratch_siglip_b16_gap_256": (
         "vit_base_patch16_siglip_gap_256",
@@ -200,10 +200,6 @@ SIGLIP_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "scratch_siglip_so400m14_gap_378": (
         "vit_so400m_patch14_siglip_gap_378",
         dict(patch_size=14, img_size=378, **_SIGLIP_GAP, **_SO400M),
-    ),
-    "scratch_siglip_so400m14_gap_384": (
-        "vit_so400m_patch14_siglip_gap_384",
-        dict(patch_size=14, img_size=384, **_SIGLIP_GAP, **_SO400M),
     ),
     "scratch_siglip_so400m14_gap_448": (
         "vit_so400m_patch14_siglip_gap_448",
@@ -1186,11 +1182,6 @@ def scratch_siglip_so400m14_gap(pretrained: bool = False, **kwargs: Any) -> Visi
 @register_model
 def scratch_siglip_so400m14_gap_378(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return _create("scratch_siglip_so400m14_gap_378", pretrained, **kwargs)
-
-
-@register_model
-def scratch_siglip_so400m14_gap_384(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    return _create("scratch_siglip_so400m14_gap_384", pretrained, **kwargs)
 
 
 @register_model

@@ -230,7 +230,7 @@ def test_a_tower_without_a_head_pools_by_the_mean_and_exports_without_one(tmp_pa
     source = siglip2(vision_use_head=False)
     source.save_pretrained(tmp_path / "hf")
     result = convert(tmp_path / "hf", tmp_path / "out", verify=True, strict=True)
-    assert result.model_args == {**MODEL_ARGS, "global_pool": "avg", "fc_norm": False}
+    assert result.model_name == "scratch_siglip_b16_gap" and result.model_args == MODEL_ARGS  # the `_gap` variant
     ours, x = ours_from(tmp_path / "out"), images(SQUARE)
     with torch.no_grad():
         tokens = source(**siglip2_inputs(x, PATCH)).last_hidden_state

@@ -196,6 +196,8 @@ RUN: dict[str, StandIn] = {
     ),
     # docs/dinov3.md: the tag resolved and built, one block deep; its weights would come from the network
     "docs/dinov3.md: import timm, torch": StandIn(replace=(("pretrained=True", "pretrained=False, depth=1"),)),
+    # docs/encoders.md: the tags resolved and built, one block deep; their weights would come from the network
+    "docs/encoders.md: import timm, torch": StandIn(replace=(("pretrained=True", "pretrained=False, depth=1"),)),
     "docs/inspection.md: import timm": StandIn(),
     # docs/models.md: the export blocks on a one-block model (what they show does not depend on depth)
     "docs/models.md: import timm, timm_vitscratch": StandIn(),
@@ -221,7 +223,27 @@ RUN: dict[str, StandIn] = {
     "docs/training.md: vitscratch convert runs/hfhub/model_best.pth.tar out/shapes3 --ema --verify": StandIn(),
     "docs/training.md: vitscratch push out/shapes3 me/scratch_vit_ti16.shapes3": StandIn(),
 }
+#: the conversion page's commands on the files its families' authors publish: the checked block of each section runs
+#: the same command on a tiny file of that format (tests/docs/test_doc_blocks.py)
+_SHOWN_BY_ITS_BLOCK = (
+    "a file or folder the reader downloads; the section's checked block runs this command on a tiny one"
+)
 NOT_RUN: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "docs/conversion.md: vitscratch convert siglip2-base-patch16-224/ out/ --verify --strict",
+            "docs/conversion.md: vitscratch convert siglip-so400m-patch14-384/ out/ --img-size 448",
+            "docs/conversion.md: vitscratch export out/ --to transformers hf/",
+            "docs/conversion.md: vitscratch convert PE-Core-L14-336.pt out/ --verify",
+            "docs/conversion.md: vitscratch convert eva02_B_pt_in21k_p14.pt out/ --verify",
+            "docs/conversion.md: vitscratch convert EVA02_CLIP_B_psz16_s8B.pt out/",
+            "docs/conversion.md: vitscratch convert open_clip_pytorch_model.bin out/ --from baai_eva",
+            "docs/conversion.md: from timm_vitscratch.convert import convert",
+            "docs/conversion.md: vitscratch convert hub_download_dir/ out/ --verify --strict",
+            "docs/conversion.md: vitscratch convert eva02_small.safetensors out/ --verify",
+        ),
+        _SHOWN_BY_ITS_BLOCK,
+    ),
     "docs/hub.md: vitscratch push scratch_vit_b16.tv_in1k ORG/NAME": (
         "loads the tag's weights first: torchvision's 330 MB ViT-B/16 file from download.pytorch.org"
     ),

@@ -130,3 +130,22 @@ def test_config_naming_another_family_is_refused(tmp_path):
     with pytest.raises(ConversionError, match="scratch_pe_core_t16 is a Perception Encoder, but the weights have no"):
         convert(tmp_path / "hub", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("timm_name", "kwargs", "variant", "license"), CASES, ids=IDS)
+def test_round_trip_timm_ours_timm_is_exact(tmp_path, timm_name, kwargs, variant, license):
+    """timm's Hub directory -> our model directory -> ``vitscratch export --to timm`` -> timm's Eva, loaded strict:
+    the outputs of the model the weights came from, and the licence kept on the way."""
+    from safetensors.torch import load_file
+
+    source = timm_model(timm_name, **kwargs)
+    timm.models.save_for_hf(source, tmp_path / "hub", safe_serialization=True)
+    assert cli_main(["convert", str(tmp_path / "hub"), str(tmp_path / "out"), "--from", "timm"]) == 0
+    exported = tmp_path / "timm.safetensors"
+    assert cli_main(["export", str(tmp_path / "out"), "--to", "timm", str(exported)]) == 0
+    back = timm_model(timm_name, seed=1, **kwargs)  # other weights until the exported file loads
+    assert diff(back, source, kwargs["img_size"]) > 0
+    back.load_state_dict(load_file(str(exported)), strict=True)
+    max_diff = diff(back, source, kwargs["img_size"])
+    print(f"timm {timm_name} -> {variant} -> timm: max-abs-diff {max_diff:.1e}; license {license}")
+    assert max_diff == 0 and config_of(tmp_path / "out")["pretrained_cfg"]["license"] == license

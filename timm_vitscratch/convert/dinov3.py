@@ -6,6 +6,7 @@ timm's Eva names, which are ours (``eva_names=True``); from there the architectu
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -69,18 +70,22 @@ EVA_ARGS = {
 EVA_IMPLIED = ("pos_embed", "rope_type", "eva_names", "fc_norm")
 
 
-def timm_eva(spec: ReferenceSpec) -> Eva:
-    """timm's ``Eva`` built as DINOv3 for ``spec``'s architecture. Built with its own init (to be loaded next),
-    not on ``meta``: its rotary buffers are computed when it is built and no state dict holds them."""
+def eva_reference(
+    spec: ReferenceSpec, family: str, args: Mapping[str, str], implied: Collection[str], **fixed: Any
+) -> Eva:
+    """timm's ``Eva`` for ``spec``'s architecture as ``family`` builds it: every option of the architecture one Eva
+    takes (``args``: ours -> Eva's name) or one the family implies; ``fixed``: the Eva arguments the family sets.
+    Built with its own init, not on ``meta``: its rotary buffers are computed when it is built and no state dict
+    holds them; the checkpoint's tensors are loaded next."""
     from timm.layers import LayerNorm
     from timm.models.eva import Eva
 
     arch: Arch = spec.arch
     if arch.num_heads is None:
         raise ConversionError("the head count is unknown: pass --num-heads")
-    unknown = sorted(set(arch.options) - set(EVA_ARGS) - set(EVA_IMPLIED))
+    unknown = sorted(set(arch.options) - set(args) - set(implied))
     if unknown:
-        raise ConversionError(f"timm's Eva (the reference) has no DINOv3 option for {', '.join(unknown)}")
+        raise ConversionError(f"timm's Eva (the reference) has no {family} option for {', '.join(unknown)}")
     return Eva(
         img_size=spec.img_size,
         patch_size=arch.patch_size,
@@ -90,11 +95,22 @@ def timm_eva(spec: ReferenceSpec) -> Eva:
         depth=arch.depth,
         num_heads=arch.num_heads,
         mlp_ratio=arch.mlp_ratio,
+        use_rot_pos_emb=True,
+        norm_layer=partial(LayerNorm, eps=arch.norm_eps),
+        **fixed,
+        **{args[k]: v for k, v in arch.options.items() if k in args},
+    )
+
+
+def timm_eva(spec: ReferenceSpec) -> Eva:
+    """timm's ``Eva`` built as DINOv3 for ``spec``'s architecture."""
+    return eva_reference(
+        spec,
+        "DINOv3",
+        EVA_ARGS,
+        EVA_IMPLIED,
         rope_type="dinov3",
         rope_rotate_half=True,
-        use_rot_pos_emb=True,
         use_abs_pos_emb=False,
         use_fc_norm=False,
-        norm_layer=partial(LayerNorm, eps=arch.norm_eps),
-        **{EVA_ARGS[k]: v for k, v in arch.options.items() if k in EVA_ARGS},
     )

@@ -11,13 +11,12 @@ family's, as the registered variants have them. What tells the families apart is
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConversionError
-from ..models.architecture import Arch
 from ..models.model_args import DEFAULTS
 from ..models.variants import ARCHITECTURES, EVA02_VARIANTS, PE_VARIANTS, TIMM_NAMES
+from .dinov3 import eva_reference
 from .source_format import ReferenceSpec
 
 if TYPE_CHECKING:
@@ -209,33 +208,18 @@ FC_NORM_POOLS = ("avg", "avgmax", "max")
 
 
 def timm_eva(spec: ReferenceSpec) -> Eva:
-    """timm's ``Eva`` built as EVA02 / PE for ``spec``'s architecture (with its own init: its rotary tables are
-    computed when it is built, and the checkpoint's tensors are loaded next)."""
-    from timm.layers import LayerNorm
-    from timm.models.eva import Eva
-
-    arch: Arch = spec.arch
-    if arch.num_heads is None:
-        raise ConversionError("the head count is unknown: pass --num-heads")
-    unknown = sorted(set(arch.options) - set(EVA_ARGS) - set(EVA_IMPLIED))
-    if unknown or arch.options.get("rope_type") != "cat":
-        raise ConversionError(f"timm's Eva (the reference) has no EVA02 / PE option for {', '.join(unknown)}")
-    options = arch.options
+    """timm's ``Eva`` built as EVA02 / PE for ``spec``'s architecture."""
+    options = spec.arch.options
+    if options.get("rope_type") != "cat":
+        raise ConversionError("timm's Eva (the reference) has no EVA02 / PE option for rope_type")
     fc_norm = options.get("fc_norm")
     fc_norm = options.get("global_pool") in FC_NORM_POOLS if fc_norm is None else fc_norm
-    return Eva(
-        img_size=spec.img_size,
-        patch_size=arch.patch_size,
-        in_chans=arch.in_chans,
-        num_classes=arch.num_classes,
-        embed_dim=arch.embed_dim,
-        depth=arch.depth,
-        num_heads=arch.num_heads,
-        mlp_ratio=arch.mlp_ratio,
+    return eva_reference(
+        spec,
+        "EVA02 / PE",
+        EVA_ARGS,
+        EVA_IMPLIED,
         use_abs_pos_emb=True,
-        use_rot_pos_emb=True,
         rope_type="cat",
-        norm_layer=partial(LayerNorm, eps=arch.norm_eps),
         use_post_transformer_norm=options.get("final_norm", True) and not fc_norm,
-        **{EVA_ARGS[k]: v for k, v in options.items() if k in EVA_ARGS},
     )

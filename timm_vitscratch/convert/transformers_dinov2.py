@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..errors import ConversionError, ModelArgsError
+from ..errors import ConversionError
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.transformers_dinov2 import (
     CURRENT_NAMES,
@@ -33,9 +33,8 @@ from ..layouts.transformers_dinov2 import (
 )
 from ..models.architecture import Arch
 from ..models.layers import to_2tuple
-from ..models.model_args import check_option
 from .source_format import Reference, ReferenceSpec, round_parameters
-from .transformers_dinov3 import VIT_CONFIG_FIELDS, WHERE, quiet_transformers
+from .transformers_dinov3 import VIT_CONFIG_FIELDS, WHERE, bounded_fields, quiet_transformers
 
 #: model_type -> whether the weights hold registers
 MODEL_TYPES = {"dinov2": False, "dinov2_with_registers": True}
@@ -62,13 +61,7 @@ def dinov2_mlp_ratio(embed_dim: int, hidden: int, swiglu: bool) -> int | None:
 
 def _fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The config's architecture fields that are present, each inside our option's bounds (a file is data)."""
-    fields: dict[str, Any] = {}
-    for field, option in BOUNDED_FIELDS.items():
-        if field in config:
-            try:
-                fields[field] = check_option(option, config[field], WHERE)
-            except ModelArgsError as err:
-                raise ConversionError(str(err).replace(f": {option} is", f": {field} is"), path) from None
+    fields = bounded_fields(config, BOUNDED_FIELDS, path)
     for flag in FLAGS:
         if flag in config:
             if type(config[flag]) is not bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,14 +43,22 @@ GATED_FLAGS = ("use_gated_mlp", "use_swiglu_ffn")
 CONFIG_DEFAULTS = {"layer_norm_eps": 1e-5, "rope_theta": 100.0}
 
 
-def _fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
+def bounded_fields(config: Mapping[str, Any], bounded: Mapping[str, str], path: Path) -> dict[str, Any]:
+    """The fields of a transformers config.json that ``bounded`` names (config field -> the model option whose
+    bounds it keeps) and the config has, each checked inside that option's bounds before anything is built (a file
+    is data); a value outside them is one ConversionError naming the config's field."""
     fields: dict[str, Any] = {}
-    for field, option in BOUNDED_FIELDS.items():
+    for field, option in bounded.items():
         if field in config:
             try:
                 fields[field] = check_option(option, config[field], WHERE)
             except ModelArgsError as err:
                 raise ConversionError(str(err).replace(f": {option} is", f": {field} is"), path) from None
+    return fields
+
+
+def _fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    fields = bounded_fields(config, BOUNDED_FIELDS, path)
     flags = {flag: config[flag] for flag in GATED_FLAGS if flag in config}
     for flag, value in flags.items():
         if type(value) is not bool:

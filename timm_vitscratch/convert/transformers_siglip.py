@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..choices import MAX_EMBED_DIM, MAX_MLP_RATIO, MAX_PATCHES
-from ..errors import ConversionError, ModelArgsError
+from ..errors import ConversionError
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.transformers_siglip import (
     MARKER,
@@ -30,11 +30,9 @@ from ..layouts.transformers_siglip import (
     siglip_prefix,
 )
 from ..models.architecture import Arch
-from ..models.model_args import check_option
 from .source_format import Reference, ReferenceSpec, round_parameters
-from .transformers_dinov3 import VIT_CONFIG_FIELDS, quiet_transformers
+from .transformers_dinov3 import VIT_CONFIG_FIELDS, WHERE, bounded_fields, quiet_transformers
 
-WHERE = "config.json beside the weights"
 #: model_type of the vision tower's config, and of the full model's that holds it in ``vision_config``
 TOWER_TYPES = {"siglip_vision_model": "SigLIP", "siglip2_vision_model": "SigLIP 2"}
 FULL_TYPES = {"siglip": "SigLIP", "siglip2": "SigLIP 2"}
@@ -71,13 +69,7 @@ def vision_config(checkpoint: Checkpoint) -> dict[str, Any]:
 
 def _bounded(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The architecture fields present, each inside the bounds our own option has."""
-    fields: dict[str, Any] = {}
-    for field, option in VIT_CONFIG_FIELDS.items():
-        if field in config:
-            try:
-                fields[field] = check_option(option, config[field], WHERE)
-            except ModelArgsError as err:
-                raise ConversionError(str(err).replace(f": {option} is", f": {field} is"), path) from None
+    fields = bounded_fields(config, VIT_CONFIG_FIELDS, path)
     for field, high in (("intermediate_size", int(MAX_EMBED_DIM * MAX_MLP_RATIO)), ("num_patches", MAX_PATCHES)):
         value = config.get(field)
         if value is not None and (type(value) is not int or not 1 <= value <= high):

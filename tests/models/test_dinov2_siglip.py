@@ -18,7 +18,7 @@ from timm.data import resolve_data_config
 from timm.models import get_pretrained_cfg
 from torch import nn
 
-from tests.models.test_module_tree_timm import hooked_pass, max_diffs
+from tests.models.test_module_tree_timm import NOTHING_UNEQUAL, hooked_pass, unequal
 from tests.support import pretrained_caches
 from tests.support.dinov3_pairs import max_diff, perturbed
 from tests.support.pretrained_caches import lay_in_hf_cache, save_safetensors
@@ -90,15 +90,8 @@ def test_every_timm_module_fires_with_timms_tensors(name: str) -> None:
     mine = hooked_pass(ours, [n for n in names if n in our_names], x, weights)
     assert sorted(set(names) - our_names) == []
     assert sorted(n for n in mine[0] if n not in theirs[0]) == []
-    bad = {
-        what: {n: d for n, d in max_diffs(t, m).items() if d is None or d > TOL}
-        for what, t, m in (
-            ("outputs", theirs[0], mine[0]),
-            ("output gradients", theirs[1], mine[1]),
-            ("parameter gradients", {k: [v] for k, v in theirs[2].items()}, {k: [v] for k, v in mine[2].items()}),
-        )
-    }
-    assert bad == {"outputs": {}, "output gradients": {}, "parameter gradients": {}}, bad
+    bad = unequal(theirs, mine, TOL)
+    assert bad == NOTHING_UNEQUAL, bad
     # timm calls every module but attn_drop on the fused path (no attention matrix is formed)
     silent = sorted(n for n in set(names) - set(theirs[0]) if not n.endswith("attn_drop"))
     assert silent == [], silent

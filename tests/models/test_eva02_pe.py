@@ -22,7 +22,7 @@ from timm.models import get_pretrained_cfg
 from timm.models.naflexvit import checkpoint_filter_fn as naflex_checkpoint_filter
 
 from tests.models.test_dinov2_siglip import output_diffs, pair
-from tests.models.test_module_tree_timm import hooked_pass, max_diffs
+from tests.models.test_module_tree_timm import NOTHING_UNEQUAL, hooked_pass, unequal
 from tests.support import pretrained_caches
 from tests.support.dinov3_pairs import max_diff, perturbed
 from tests.support.naflex_batches import images, naflex_batch
@@ -96,15 +96,8 @@ def test_every_timm_module_fires_with_timms_tensors(name: str) -> None:
     theirs = hooked_pass(reference, names, x, weights)
     mine = hooked_pass(ours, names, x, weights)
     assert sorted(set(names) - our_names) == []
-    bad = {
-        what: {n: d for n, d in max_diffs(t, m).items() if d is None or d > TOL}
-        for what, t, m in (
-            ("outputs", theirs[0], mine[0]),
-            ("output gradients", theirs[1], mine[1]),
-            ("parameter gradients", {k: [v] for k, v in theirs[2].items()}, {k: [v] for k, v in mine[2].items()}),
-        )
-    }
-    assert bad == {"outputs": {}, "output gradients": {}, "parameter gradients": {}}, bad
+    bad = unequal(theirs, mine, TOL)
+    assert bad == NOTHING_UNEQUAL, bad
     assert sorted(theirs[0]) == sorted(mine[0])  # the same modules fire, no more, no fewer
     print(
         f"{name} (tiny, {size[0]}x{size[1]}): {len(theirs[0])}/{len(names)} timm modules fire with equal outputs and "

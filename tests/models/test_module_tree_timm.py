@@ -58,6 +58,24 @@ def max_diffs(expected, actual):
     return result
 
 
+def unequal(theirs, mine, tol, their_params=None):
+    """What differs between two :func:`hooked_pass` results beyond ``tol``: per kind (outputs, output gradients,
+    parameter gradients), the names whose values differ or whose calls do not match (None). ``their_params``:
+    the reference's parameter gradients when they need renaming first (default: its own)."""
+    params = theirs[2] if their_params is None else their_params
+    return {
+        what: {n: d for n, d in max_diffs(t, m).items() if d is None or d > tol}
+        for what, t, m in (
+            ("outputs", theirs[0], mine[0]),
+            ("output gradients", theirs[1], mine[1]),
+            ("parameter gradients", {k: [v] for k, v in params.items()}, {k: [v] for k, v in mine[2].items()}),
+        )
+    }
+
+
+NOTHING_UNEQUAL = {"outputs": {}, "output gradients": {}, "parameter gradients": {}}
+
+
 def compare_module_trees(family, mode, fused, **overrides):
     """The comparison for one family / mode / attention path (at ``SIZE`` unless ``overrides`` say):
     a dict of counts and what differed."""

@@ -20,7 +20,7 @@ from timm.data import resolve_data_config
 from timm.models import get_pretrained_cfg
 from timm.models.naflexvit import NaFlexVit
 
-from tests.models.test_module_tree_timm import hooked_pass, max_diffs
+from tests.models.test_module_tree_timm import NOTHING_UNEQUAL, hooked_pass, unequal
 from tests.support import pretrained_caches
 from tests.support.dinov3_pairs import max_diff, perturbed
 from tests.support.naflex_batches import MIXED_SIZES, images, naflex_batch
@@ -183,15 +183,8 @@ def test_module_trees_differ_in_the_embedding_and_the_shared_modules_fire_with_t
     silent = sorted(n for n in set(shared) - set(theirs[0]) if not n.endswith("attn_drop") and n != "blocks")
     assert silent == [], silent
     their_params = from_naflexvit(theirs[2], ours)  # the embedding's gradients in our names and shapes
-    bad = {
-        what: {n: d for n, d in max_diffs(t, m).items() if d is None or d > TOL}
-        for what, t, m in (
-            ("outputs", theirs[0], mine[0]),
-            ("output gradients", theirs[1], mine[1]),
-            ("parameter gradients", {k: [v] for k, v in their_params.items()}, {k: [v] for k, v in mine[2].items()}),
-        )
-    }
-    assert bad == {"outputs": {}, "output gradients": {}, "parameter gradients": {}}, bad
+    bad = unequal(theirs, mine, TOL, their_params)
+    assert bad == NOTHING_UNEQUAL, bad
     assert sorted(their_params) == sorted(mine[2])
     print(
         f"module trees: {len(shared)} shared, timm only {TIMM_ONLY}, ours only {OURS_ONLY}; {len(theirs[0])} shared "

@@ -24,6 +24,7 @@ values return to the queries' dtype.
 """
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,9 @@ class DinoV3Rotary(nn.Module):
     a cast of the model (``.half()``, ``.to(torch.bfloat16)``) never reaches them and no state-dict entry
     exists for them, as in timm.
     """
+
+    #: rotates the two halves of the head against each other (attention reads this to apply the terms)
+    interleaved: ClassVar[bool] = False
 
     def __init__(self, head_dim: int, temperature: float = 100.0, grid_offset: float = 0.0) -> None:
         super().__init__()
@@ -114,8 +118,8 @@ class AxialRotary(nn.Module):
     call, as timm computes them, so no cast of the model reaches them.
     """
 
-    #: rotates neighbouring channels (timm's default layout for this kind)
-    interleaved = True
+    #: rotates neighbouring channels (timm's default layout for this kind; attention reads this)
+    interleaved: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -320,7 +320,7 @@ class VisionTransformer(nn.Module):
                     attn_impl=self.attn_impl,
                     eva_names=eva_names,
                     qkv_form=qkv_form(eva_names, qkv_fused, attn_type),
-                    rope_interleaved=rope_type == "cat",
+                    rope_interleaved=self.rope is not None and self.rope.interleaved,
                     swiglu_mlp=swiglu_mlp,
                     swiglu_align_to=swiglu_align_to,
                     scale_mlp=scale_mlp,

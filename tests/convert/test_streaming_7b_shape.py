@@ -12,7 +12,6 @@ steps). The 13.4 GB run is benchmarks/stream_7b.py; these bounds are what it sho
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from tests.support import time_limits
 from timm_vitscratch.tensor_writer import TensorSpec, write_safetensors
 
 pytestmark = pytest.mark.slow  # child processes reading a few hundred MB
@@ -79,8 +79,8 @@ print(json.dumps(out))
 
 
 def run_child(**args) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, timeout=600, cwd=ROOT
+    result = time_limits.run(
+        [sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, quiet_seconds=120, cwd=ROOT
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

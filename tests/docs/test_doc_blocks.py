@@ -15,19 +15,21 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.support import time_limits
+
 pytestmark = pytest.mark.slow  # re-runs every command the docs show
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!--\s*check:\s*(?P<command>.+?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})")
-COMMAND_TIMEOUT_S = 60
+#: the longest a checked command takes on a quiet machine (its time limit scales from it: tests/support/time_limits.py)
+COMMAND_QUIET_S = 60
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,13 @@ _OUTPUTS: dict = {}  # command -> output: a command shown on two pages runs once
 def run_command(command: str, tmp_path: Path) -> str:
     if command in _OUTPUTS:
         return _OUTPUTS[command]
-    done = subprocess.run(
+    done = time_limits.run(
         ["bash", "-c", f"set -o pipefail; {command}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         env=command_environment(tmp_path),
-        timeout=COMMAND_TIMEOUT_S,
+        quiet_seconds=COMMAND_QUIET_S,
     )
     if done.returncode != 0:
         pytest.fail(f"`{command}` exited with {done.returncode}:\n{done.stderr[-3000:]}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +27,12 @@ import pytest
 
 from tests.docs.test_cli_docs import SHELL_FENCES
 from tests.docs.test_doc_blocks import FENCE, MARKER, ROOT, markdown_files, shown_path
+from tests.support import time_limits
 
 pytestmark = pytest.mark.slow  # a child per page, each importing torch, timm and transformers
 
-PAGE_TIMEOUT_S = 300
+#: the longest a page's snippets take on a quiet machine (the time limit scales from it: tests/support/time_limits.py)
+PAGE_QUIET_S = 60
 COMMENT = re.compile(r"\s+#.*$")  # a shell comment after a command
 
 
@@ -296,13 +297,13 @@ def test_page_snippets_run(page, tmp_path):
         OMP_NUM_THREADS="1",
         PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
     )
-    done = subprocess.run(
+    done = time_limits.run(
         [sys.executable, "-m", "tests.docs.snippet_runner", str(spec_file), str(results_file)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=PAGE_TIMEOUT_S,
+        quiet_seconds=PAGE_QUIET_S,
     )
     assert done.returncode == 0, f"the snippet runner failed:\n{done.stderr[-3000:]}"
     results = json.loads(results_file.read_text())
@@ -326,12 +327,12 @@ def test_a_failing_snippet_is_reported_with_its_error(tmp_path):
     )
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    subprocess.run(
+    time_limits.run(
         [sys.executable, "-m", "tests.docs.snippet_runner", str(tmp_path / "spec.json"), str(tmp_path / "out.json")],
         cwd=ROOT,
         env=env,
         check=True,
-        timeout=PAGE_TIMEOUT_S,
+        quiet_seconds=PAGE_QUIET_S,
     )
     a, b, c = json.loads((tmp_path / "out.json").read_text())
     assert "ValueError: stale docs" in a["error"]

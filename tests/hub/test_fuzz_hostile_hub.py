@@ -21,7 +21,7 @@ from huggingface_hub.utils import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support import tiny
+from tests.support import time_limits, tiny
 from tests.support.fuzz_plan import PLAN
 from tests.support.fuzzing import CASES, fuzz_settings
 from tests.support.hub_fixtures import model_dir, repo_for, use_hub
@@ -246,7 +246,9 @@ def test_pull_from_a_hostile_hub_installs_verified_weights_or_says_why(local_hub
             assert sha256_file(out / "model.safetensors") == sha256, f"{described}: installed other weights"
             hub.check_model_directory(out)
         assert outside(tmp_path) == before, f"{described}: wrote outside the cache and the output"
-        assert took < LIMITS["deadline_s"] + 30, f"{described}: took {took:.0f} s"  # generous: the deadline holds
+        # the deadline holds: generous, and more so on a busy machine (the pull's own start-up is not under it)
+        slack = 30 * time_limits.machine_factor()[0]
+        assert took < LIMITS["deadline_s"] + slack, f"{described}: took {took:.0f} s"
         CASES[SURFACE][outcome] += 1
 
     case()

@@ -2,13 +2,12 @@
 pull that replaces a model run in a process where ``import fcntl`` fails. Their locks go through filelock, which
 then has no lock to take on this system; the writers go on unserialised, as docs/guarantees.md says."""
 
-import subprocess
 import sys
 
 import pytest
 from safetensors.torch import save_file
 
-from tests.support import tiny
+from tests.support import time_limits, tiny
 from tests.support.hub_fixtures import repo_for
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
@@ -35,8 +34,8 @@ def test_convert_push_and_pull_run_where_fcntl_cannot_be_imported(hub_env, tmp_p
     save_file(tiny().state_dict(), str(source))
     model, out = tmp_path / "model", tmp_path / "out"
     argv = [str(source), str(model), str(out), repo_for(request)]
-    result = subprocess.run(
-        [sys.executable, "-c", WITHOUT_FCNTL, *argv], env=hub_env, capture_output=True, text=True, timeout=300
+    result = time_limits.run(
+        [sys.executable, "-c", WITHOUT_FCNTL, *argv], env=hub_env, capture_output=True, text=True, quiet_seconds=60
     )
     assert result.returncode == 0, result.stderr
     check_model_directory(out, require_sha256=True)

@@ -2,11 +2,12 @@
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import time_limits
 
 pytestmark = pytest.mark.slow  # runs the benchmark end to end
 
@@ -55,7 +56,7 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
         "--clock",
         "cpu",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = time_limits.run(command, capture_output=True, text=True, quiet_seconds=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "smoke.json").read_text())
     kinds = [(r["kind"], r.get("batch")) for r in result["records"]]
@@ -103,7 +104,7 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
         "--clock",
         "cpu",
     ]
-    done = subprocess.run(again, capture_output=True, text=True, timeout=600)
+    done = time_limits.run(again, capture_output=True, text=True, quiet_seconds=120)
     assert done.returncode == 0, done.stderr[-3000:]
     merged = json.loads((tmp_path / "smoke.json").read_text())
     assert [r["kind"] for r in merged["records"]] == [k for k, _ in kinds] + ["create"]
@@ -111,7 +112,7 @@ def test_benchmark_smoke_run_writes_all_outputs(tmp_path):
     assert (tmp_path / "smoke.md").read_text().count("- run ") == 2
     # an existing results file is never overwritten unless asked: the run stops before measuring anything
     before = (tmp_path / "smoke.json").read_bytes()
-    done = subprocess.run([a for a in again if a != "--append"], capture_output=True, text=True, timeout=600)
+    done = time_limits.run([a for a in again if a != "--append"], capture_output=True, text=True, quiet_seconds=120)
     assert done.returncode == 2 and "smoke.json exists: pass --replace to overwrite it" in done.stderr
     assert (tmp_path / "smoke.json").read_bytes() == before
 
@@ -129,11 +130,11 @@ def test_a_run_writes_a_new_file_by_default_and_quick_is_small():
 
 def test_cpu_clock_needs_one_thread():
     """CPU time of several threads would count their spin-waiting: the CPU clock takes one thread."""
-    done = subprocess.run(
+    done = time_limits.run(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--clock", "cpu", "--threads", "2"],
         capture_output=True,
         text=True,
-        timeout=120,
+        quiet_seconds=24,
     )
     assert done.returncode == 2 and "use it with --device cpu --threads 1" in done.stderr
 
@@ -142,7 +143,7 @@ def test_naflex_benchmark_runs_end_to_end(tmp_path):
     """The packed-against-padded NaFlex benchmark writes its JSON and prints its table (no timing checks)."""
     command = [sys.executable, str(ROOT / "benchmarks" / "naflex.py"), "--variants", "ti16", "--repeats", "1"]
     command += ["--min-time", "0", "--threads", "1", "--out", str(tmp_path), "--name", "smoke"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = time_limits.run(command, capture_output=True, text=True, quiet_seconds=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["machine"]["clock"] == "wall" and result["records"]

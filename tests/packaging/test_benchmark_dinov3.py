@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import time_limits
+
 pytestmark = pytest.mark.slow  # runs the benchmark end to end
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +21,7 @@ def test_dinov3_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--variants", "s16", "--sizes", "64", "--batch", "1", "--train-batch", "2"]
     command += ["--repeats", "1", "--min-time", "0", "--threads", "1", "--clock", "cpu"]
     command += ["--out", str(tmp_path), "--name", "smoke"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = time_limits.run(command, capture_output=True, text=True, quiet_seconds=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["machine"]["clock"] == "cpu" and result["machine"]["threads"] == 1
@@ -41,7 +43,10 @@ def test_dinov3_benchmark_runs_end_to_end(tmp_path: Path) -> None:
 
 def test_the_cpu_clock_needs_one_thread() -> None:
     """CPU time of several threads would count their spin-waiting: the CPU clock takes one thread."""
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--clock", "cpu", "--threads", "2"], capture_output=True, text=True, timeout=120
+    done = time_limits.run(
+        [sys.executable, str(SCRIPT), "--clock", "cpu", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        quiet_seconds=24,
     )
     assert done.returncode == 2 and "use it with --device cpu --threads 1" in done.stderr

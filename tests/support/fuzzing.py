@@ -30,6 +30,8 @@ from typing import IO, Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from tests.support import time_limits
+
 WORKER_SCRIPT = Path(__file__).with_name("loader_worker.py")
 Span = tuple[int, int]
 
@@ -113,12 +115,14 @@ def damaged(draw: Any, data: bytes, structure: list[Span]) -> Damage:
 class LoaderProcess:
     """``loader_worker.py`` in a child process: runs one loader call at a time, with a time limit.
 
-    A call whose process dies (a crash in a C/Rust parser) or does not answer in ``timeout`` seconds
-    (a hang) comes back as ``{"outcome": "crash" | "hang", ...}`` and a fresh process is started.
+    A call whose process dies (a crash in a C/Rust parser) or does not answer in ``timeout`` seconds on a quiet
+    machine (a hang; scaled by this machine's factor, so that a busy machine is not taken for a hang) comes back
+    as ``{"outcome": "crash" | "hang", ...}`` and a fresh process is started.
     """
 
     def __init__(self, timeout: float = 60.0, script: Path = WORKER_SCRIPT) -> None:
-        self.timeout = timeout
+        self.factor = time_limits.machine_factor()[0]
+        self.timeout = timeout * self.factor
         self.script = script  # another worker speaking the same protocol (tests/support/naflex_worker.py)
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
@@ -139,7 +143,7 @@ class LoaderProcess:
         assert self._proc.stdin is not None  # a pipe: stdin=PIPE above
         self._stdin: IO[str] = self._proc.stdin
         threading.Thread(target=self._pump, args=(self._proc, self._lines), daemon=True).start()
-        ready = self._next(120.0)
+        ready = self._next(120.0 * self.factor)
         assert ready is not None and ready.get("outcome") == "ready", f"loader process did not start: {ready}"
 
     @staticmethod

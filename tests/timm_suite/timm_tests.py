@@ -22,6 +22,7 @@ from pathlib import Path
 import timm
 
 from tests.support.option_models import OPTION_MODELS
+from tests.support.time_limits import calibration_seconds
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path(sys.prefix) / "timm-tests"
@@ -174,19 +175,6 @@ SUITE_PER_MODEL = 150.0
 MARGIN = 4.0
 #: no limit is shorter than this: five times the 352 s above, for a calibration that ran at a quiet moment
 MINIMUM_LIMIT = 1800.0
-
-
-def calibration_seconds() -> float:
-    """Seconds this machine takes, now, for a small piece of the suite's own work: timm's ViT-Ti/16 built, then
-    run forward and backward on two images (the slower of two tries: a limit should err on the long side)."""
-    import torch
-
-    times = []
-    for _ in range(2):
-        started = time.perf_counter()
-        timm.create_model("vit_tiny_patch16_224")(torch.randn(2, 3, 224, 224)).sum().backward()
-        times.append(time.perf_counter() - started)
-    return max(times)
 
 
 def time_limit(models: int) -> tuple[float, str]:

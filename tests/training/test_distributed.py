@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import timm
 import torch
 
 from examples.ddp_train import DEFAULT_MODEL_ARGS
+from tests.support import time_limits
 
 pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
 
@@ -24,7 +24,7 @@ def _run(command, cwd):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     if os.path.isdir("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on the loopback interface only
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = time_limits.run(command, cwd=cwd, env=env, capture_output=True, text=True, quiet_seconds=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 

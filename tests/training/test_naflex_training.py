@@ -12,7 +12,6 @@ commands themselves.
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from timm.task import ClassificationTask
 from timm.utils import CheckpointSaver, accuracy
 
 import timm_vitscratch  # noqa: F401  (registers the zoo)
+from tests.support import time_limits
 from tests.support.naflex_batches import timm_naflexvit
 
 pytestmark = pytest.mark.slow  # timm's train.py and validate.py, torchrun DDP, the digits example
@@ -217,7 +217,7 @@ def test_torchrun_two_ranks_match_one_process_on_naflex_batches(tmp_path):
             str(tmp_path / "two"),
         ],
     ):
-        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        result = time_limits.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, quiet_seconds=120)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     one = safetensors.torch.load_file(tmp_path / "one" / "params_rank0.safetensors")
     ranks = [safetensors.torch.load_file(tmp_path / "two" / f"params_rank{r}.safetensors") for r in (0, 1)]

@@ -45,14 +45,13 @@ def empty_model(**kwargs: Any) -> VisionTransformer:
 
 
 def initialised_model(**kwargs: Any) -> VisionTransformer:
-    """A ``VisionTransformer`` on ``device`` (default: the current default device), initialised once.
+    """A ``VisionTransformer`` on ``device`` (default: the current default device), built as timm builds its own.
 
-    Built on ``meta`` and then materialised, so each tensor is initialised once, by the model's
-    scheme (the layers' constructor defaults, which timm draws and then overwrites, never run). On a ``meta`` device (``device="meta"`` or under
-    ``with torch.device("meta")``) the model stays without storage.
+    Built in place, so each layer's constructor draws its default init and the model's scheme then redoes what
+    it has a rule for: the random draws are timm's, in timm's order, and after the same seed the weights and the
+    generator's state are those of timm's reference model (tests/models/test_same_seed.py). The draws a
+    checkpoint would overwrite are never made: a pretrained load builds with ``empty_model``. On a ``meta``
+    device (``device="meta"`` or under ``with torch.device("meta")``) the model holds no storage.
     """
-    model, device = _construct_on_meta(kwargs)
-    device = device if device is not None else default_device()
-    if device.type != "meta":
-        model.materialize(device)
-    return model
+    device = kwargs.pop("device", None)
+    return VisionTransformer(**kwargs, device=torch.device(device) if device is not None else default_device())

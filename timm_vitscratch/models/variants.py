@@ -712,8 +712,8 @@ def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTran
     name = model_tag if tag else f"hf-hub:{cfg.hf_hub_id}" if cfg is not None and cfg.hf_hub_id else variant
     if source is not None and source.kind == "url" and is_offline_mode() and not source.cache_path.is_file():
         raise _fetch_failure(name, source, None)  # torch.hub ignores HF_HUB_OFFLINE: fail at once as the Hub does
-    # Fast cold start: weights about to be overwritten by a checkpoint are never initialised;
-    # a fresh model is initialised once (not first by nn.Linear's default and then again).
+    # Fast cold start: weights about to be overwritten by a checkpoint are never initialised; a fresh
+    # model is built in place as timm builds its reference, so the same seed draws timm's weights.
     on_meta = cfg is not None and _loads_from_storage(cfg)
     # one short request first: no network fails in seconds (or loads the cached weights), not after retries
     offline_commit = (

@@ -23,6 +23,7 @@ from ..models import Block, VisionTransformer
 from ..models.architecture import describe_model
 from ..models.attention import Attention
 from ..models.layers import LayerScale
+from ..models.meta_init import SkipInitOnMeta
 from ..models.model_args import true_param_count  # the one count; the size bound counts a meta model with it
 from ..models.variants import ARCHITECTURES, TIMM_NAMES
 
@@ -399,7 +400,7 @@ def timm_reference(model_name: str, num_classes: int, device: Any = "meta") -> n
         return None
     import timm
 
-    with torch.device(device):
+    with torch.device(device), SkipInitOnMeta():  # the skip touches only meta tensors
         return timm.create_model(timm_name, num_classes=num_classes)
 
 

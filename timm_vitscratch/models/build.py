@@ -8,6 +8,7 @@ import timm
 import torch
 from torch import nn
 
+from .meta_init import SkipInitOnMeta
 from .storage import default_device
 from .vision_transformer import VisionTransformer
 
@@ -17,7 +18,7 @@ def build_on_meta(model_name: str, **kwargs: Any) -> nn.Module:
 
     A ``device`` argument is overridden: whatever the caller (or a config file) says, nothing is allocated.
     """
-    with torch.device("meta"):
+    with torch.device("meta"), SkipInitOnMeta():
         return timm.create_model(model_name, **{**kwargs, "device": "meta"})
 
 

@@ -40,6 +40,19 @@ def test_unknown_model_suggests_close_names():
     assert "unknown model 'scratch_vit_b61'" in result.stderr and "scratch_vit_b16" in result.stderr
 
 
+def test_timms_name_points_to_its_mirror_and_a_folder_is_not_taken_for_a_model(tmp_path, capsys):
+    """timm's own name is answered with ours that mirrors it; a folder without config.json is said to be no
+    model directory; a name close to nothing points to `vitscratch list` instead of listing every name."""
+    assert main(["summary", "vit_base_patch16_dinov3"]) == 2
+    err = capsys.readouterr().err
+    assert "that is timm's name; its mirror here is scratch_dinov3_b16" in err
+    assert main(["summary", str(tmp_path)]) == 2
+    assert "is a folder but not a model directory: it holds no config.json" in capsys.readouterr().err
+    assert main(["summary", "qqqq"]) == 2
+    err = capsys.readouterr().err
+    assert "vitscratch list shows every registered name" in err and "scratch_vit_b16," not in err
+
+
 def test_help_and_version_import_neither_torch_nor_timm_nor_the_package():
     """Parsing needs the standard library only: each command imports the library when it runs."""
     code = (

@@ -41,6 +41,11 @@ def timm_model_name(ref: str) -> str:
         return f"hf-hub:{repo_id}@{commit}"
     directory = ref[len("local-dir:") :] if ref.startswith("local-dir:") else ref
     if ref.startswith("local-dir:") or Path(ref).is_dir():
+        if Path(directory).is_dir() and not (Path(directory) / "config.json").exists():
+            raise ModelDirectoryError(
+                f"{directory} is a folder but not a model directory: it holds no config.json (a model directory "
+                f"holds config.json + model.safetensors, as convert, pull and training write it)"
+            )
         config = read_json_object(Path(directory) / "config.json", ModelDirectoryError, inside=directory)
         _check_config(config, directory)
         return f"local-dir:{directory}"

@@ -392,8 +392,11 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 
 def unknown_model_message(name: str) -> str:
     """Error text for a name that is not registered, with the closest registered names."""
+    mirrors = [ours for ours, theirs in TIMM_NAMES.items() if theirs == name]
+    if mirrors:  # timm's own name: ours mirrors it under another
+        return f"unknown model {name!r}: that is timm's name; its mirror here is {', '.join(mirrors)}"
     close = difflib.get_close_matches(name, list(ARCHITECTURES), n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ARCHITECTURES)}"
+    hint = f"; did you mean {', '.join(close)}?" if close else "; vitscratch list shows every registered name"
     return f"unknown model {name!r}{hint}"
 
 

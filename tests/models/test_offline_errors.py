@@ -216,3 +216,21 @@ def test_cli_push_of_a_tag_names_the_tags_source_not_the_target_repo(tmp_path, m
         "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
     ), err
     assert "me/x" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_summary_of_hf_hub_without_network_answers_in_one_request(tmp_path, monkeypatch, capsys):
+    """No huggingface_hub retries (about 25 s): one short request, then the cached config.json, or one line."""
+    from tests.support import tiny
+    from timm_vitscratch.model_dir import save_model_directory
+
+    with refused_endpoint() as endpoint:
+        no_network(endpoint, tmp_path, monkeypatch)
+        assert cli_main(["summary", "hf-hub:org/not-cached"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot read config.json of hf-hub:org/not-cached:" in err and "cannot be reached" in err
+        assert "Retrying" not in err and "vitscratch pull org/not-cached DIR" in err
+        save_model_directory(tiny(), tmp_path / "model")
+        config = (tmp_path / "model" / "config.json").read_bytes()
+        lay_in_hf_cache(tmp_path, "org/cached", {"config.json": lambda path: path.write_bytes(config)})
+        assert cli_main(["summary", "hf-hub:org/cached"]) == 0
+        assert capsys.readouterr().out.startswith("hf-hub:org/cached: image 32x32, patch 8")

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import constants as hf_constants
 from timm.models import split_model_name_tag
 from torch import nn
 
 from ..errors import ModelArgsError, ModelDirectoryError
 from ..gate.hub_config import read_hub_config
 from ..gate.json_data import read_json_object
+from ..models.pretrained import WeightsSource, cached_weights, not_reached, unreachable
 from ..models.variants import ARCHITECTURES, check_config_file, default_cfgs, unknown_model_message
 from ..models.vision_transformer import VisionTransformer
 
@@ -28,6 +30,7 @@ KINDS = (
     "(config.json + model.safetensors), local-dir:DIR or hf-hub:ORG/NAME"
 )
 PREFIXES = ("local-dir:", "hf-hub:")
+CONFIG_NAME = "config.json"
 
 
 def timm_model_name(ref: str) -> str:
@@ -36,7 +39,9 @@ def timm_model_name(ref: str) -> str:
     (checked here, before timm builds anything; a repo comes back pinned: ``hf-hub:ORG/NAME@commit``)."""
     if ref.startswith("hf-hub:"):
         repo_id, _, revision = ref[len("hf-hub:") :].partition("@")
-        commit, config = read_hub_config(repo_id, revision or None, ModelDirectoryError)
+        commit, config = _cached_config_without_network(ref, repo_id, revision) or read_hub_config(
+            repo_id, revision or None, ModelDirectoryError
+        )
         _check_config(config, f"{repo_id}@{commit}")
         return f"hf-hub:{repo_id}@{commit}"
     directory = ref[len("local-dir:") :] if ref.startswith("local-dir:") else ref
@@ -59,6 +64,28 @@ def timm_model_name(ref: str) -> str:
             f"(vitscratch list --pretrained)"
         )
     return ref
+
+
+def _cached_config_without_network(ref: str, repo_id: str, revision: str) -> tuple[str, dict] | None:
+    """Before huggingface_hub's retries (about 25 s without a network): one short request to the Hub. None when
+    it answers (or HF_HUB_OFFLINE is set: huggingface_hub then reads its cache at once); the cached config and
+    its commit when it does not and the cache holds one; else one error, in seconds, saying what to do."""
+    if hf_constants.HF_HUB_OFFLINE:
+        return None
+    folder = Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
+    source = WeightsSource("hf-hub", ref[len("hf-hub:") :], CONFIG_NAME, folder, (CONFIG_NAME,))
+    error = unreachable(source)
+    if error is None:
+        return None
+    found = cached_weights(source)
+    if found is None:
+        raise ModelDirectoryError(
+            f"cannot read {CONFIG_NAME} of {ref}: {not_reached(source, error)}, and the Hugging Face cache has no "
+            f"copy in {folder}; on a machine with network, `vitscratch pull {repo_id} DIR` (then give DIR here) or "
+            f"`hf download {repo_id}` and copy {folder} into this machine's cache (HF_HUB_CACHE)"
+        )
+    commit = found[1]
+    return commit, read_json_object(folder / "snapshots" / commit / CONFIG_NAME, ModelDirectoryError)
 
 
 def _check_config(config: dict, label: str) -> None:

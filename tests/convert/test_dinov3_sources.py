@@ -186,6 +186,52 @@ def test_meta_key_bias_that_the_mask_lets_through_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_meta_bias_mask_is_applied_to_the_q_and_v_biases_and_verify_reads_it_too(tmp_path, monkeypatch):
+    """Meta's attention computes with ``qkv.bias * bias_mask``: a mask that zeroes the q third (and part of the v
+    third) gives a zero q bias and a masked v bias, and --verify's reference (timm's importer, which ignores the
+    mask) is handed the masked biases, so a conversion that ignored the mask would be caught."""
+    from timm_vitscratch.layouts import meta_dinov3
+
+    source = timm_dinov3("vit_small_patch16_dinov3_qkvb")
+    state = meta_state_dict(source)
+    width = source.embed_dim
+    for i in range(DEPTH):
+        mask = state[f"blocks.{i}.attn.qkv.bias_mask"]
+        mask[:width] = 0.0  # no q bias in Meta's forward
+        mask[2 * width : 2 * width + width // 2] = 0.0  # half of the v bias masked out
+    torch.save(state, tmp_path / "dinov3.pth")
+    result = convert(tmp_path / "dinov3.pth", tmp_path / "out", verify=True)
+    assert result.verification.confirmed and result.verification.features_diff <= TOL
+    converted = load_file(str(tmp_path / "out" / "model.safetensors"))
+    for i in range(DEPTH):
+        assert not converted[f"blocks.{i}.attn.q_bias"].any()
+        v_bias = state[f"blocks.{i}.attn.qkv.bias"][2 * width :]
+        assert not converted[f"blocks.{i}.attn.v_bias"][: width // 2].any()
+        assert torch.equal(converted[f"blocks.{i}.attn.v_bias"][width // 2 :], v_bias[width // 2 :])
+    with torch.no_grad():  # the model Meta's file computes: timm's Eva with the masked biases
+        for block in source.blocks:
+            block.attn.q_bias.zero_()
+            block.attn.v_bias[: width // 2] = 0.0
+    assert features_diff(ours_from(tmp_path / "out"), source, SIZES[1]) <= TOL
+
+    # a conversion that ignored the mask: --verify refuses it (the reference computes what Meta's file computes)
+    def unmasked(index: int):
+        return lambda bias, mask: bias.chunk(3, dim=0)[index]
+
+    monkeypatch.setattr(meta_dinov3, "masked_third", unmasked)
+    with pytest.raises(ConversionError, match="verif"):
+        convert(tmp_path / "dinov3.pth", tmp_path / "out2", verify=True)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_meta_bias_mask_that_is_not_a_0_1_mask_of_the_bias_is_refused_in_every_block(tmp_path):
+    state = meta_state_dict(timm_dinov3("vit_small_patch16_dinov3_qkvb"))
+    state["blocks.1.attn.qkv.bias_mask"] = torch.ones(1)  # would broadcast: checked although block 0 is non-zero
+    torch.save(state, tmp_path / "dinov3.pth")
+    with pytest.raises(ConversionError, match=r"blocks\.1\.attn\.qkv\.bias_mask.* is not a 0/1 mask"):
+        convert(tmp_path / "dinov3.pth", tmp_path / "out")
+
+
 def test_meta_rotary_of_another_base_is_refused(tmp_path):
     state = meta_state_dict(timm_dinov3("vit_small_patch16_dinov3"))
     state["rope_embed.periods"] = 10000.0 ** (4 * torch.arange(16, dtype=torch.float32) / 64)

@@ -4,7 +4,9 @@ A Meta file records no config. The head width comes from the rotary's stored per
 ``head_dim / 4`` of them), the activation from the MLP's names (``fc1``/``fc2`` GELU, ``w1``/``w2``/``w3``
 SwiGLU); the LayerNorm eps is the layout's own: every DINOv3 ViT Meta released builds its norms as
 ``layernormbf16`` (eps 1e-5, in ``dinov3/hub/backbones.py``). ``--verify`` builds timm's ``Eva`` and loads the
-file through timm's own DINOv3 importer (``timm.models.eva.checkpoint_filter_fn``): an independent reading.
+file through timm's own DINOv3 importer (``timm.models.eva.checkpoint_filter_fn``): an independent reading. That
+importer ignores ``qkv.bias_mask``, which Meta's attention multiplies the bias by; the reference is handed the
+biases with their masks applied, so it computes what Meta's file computes.
 The converted directory records the DINOv3 License, under which Meta publishes these weights, and carries its text.
 """
 
@@ -15,7 +17,7 @@ import io
 from typing import Any
 
 from ..layouts.checkpoint import Checkpoint
-from ..layouts.meta_dinov3 import MetaDinov3Layout
+from ..layouts.meta_dinov3 import MetaDinov3Layout, apply_bias_masks
 from .dinov3 import dinov3_options, timm_eva
 from .source_format import Reference, ReferenceSpec, SourceFormat, round_parameters, timm_reference
 
@@ -54,7 +56,7 @@ class MetaDinov3Format(MetaDinov3Layout, SourceFormat):
 
         eva = timm_eva(spec)
         with contextlib.redirect_stdout(io.StringIO()):  # timm's importer prints why it drops zero biases
-            state_dict = checkpoint_filter_fn(checkpoint.state_dict(), eva)
+            state_dict = checkpoint_filter_fn(apply_bias_masks(checkpoint.state_dict()), eva)
         eva.load_state_dict(state_dict, strict=True)
         round_parameters(eva.eval(), spec.round_to)
         return timm_reference(eva, "timm's Eva (timm's importer of Meta's DINOv3 files)")

@@ -3,7 +3,8 @@
 Meta's names onto timm's ``Eva`` names, which are ours for the DINOv3 family: ``storage_tokens`` are the
 register tokens, ``ls1.gamma`` / ``ls2.gamma`` the layer scales ``gamma_1`` / ``gamma_2``, and the SwiGLU's
 ``w1`` / ``w2`` / ``w3`` are ``fc1_g`` / ``fc1_x`` / ``fc2``. The fused ``qkv.bias`` is q, k, v stacked; its
-``bias_mask`` zeroes the k third, so the q and v thirds become ``q_bias`` / ``v_bias`` and the k bias must be
+``bias_mask`` is applied as Meta's attention applies it (``qkv.bias * bias_mask``): the masked q and v thirds
+become ``q_bias`` / ``v_bias`` (a mask that zeroes the q third gives a zero q bias), and the k bias must be
 zero after the mask (under rotary position a k bias would change the attention). Biases that are zero
 altogether are dropped, as timm's non-``_qkvb`` models drop them. ``rope_embed.periods`` (the rotary periods, a
 buffer) is checked against DINOv3's rotary and gives the head width; the mask token and the 7B's
@@ -18,15 +19,14 @@ import torch
 
 from ..errors import ConversionError
 from .checkpoint import Checkpoint
-from .keymap import KeyMap, Rule, third, weight_and_bias
+from .keymap import KeyMap, Op, Rule, third, weight_and_bias
 from .layout import Layout
 
 #: the keys only Meta's layout has (timm's Eva names have none of them)
 MARKERS = ("storage_tokens", "rope_embed.periods")
-#: keys identity for inference, never loaded: training-only parts and fixed buffers
-TRAINING_ONLY = re.compile(
-    r"^(mask_token|rope_embed\.periods|local_cls_norm\..*|projectors\..*|blocks\.\d+\.attn\.qkv\.bias_mask)$"
-)
+#: keys identity for inference, never loaded: training-only parts and fixed buffers (a ``qkv.bias_mask`` is read
+#: with its bias, and dropped with it)
+TRAINING_ONLY = re.compile(r"^(mask_token|rope_embed\.periods|local_cls_norm\..*|projectors\..*)$")
 #: DINOv3's rotary base (``pos_embed_rope_base``), the only one ``rope_type='dinov3'`` models here are built with
 ROPE_BASE = 100.0
 
@@ -53,8 +53,13 @@ class MetaDinov3Layout(Layout):
             for norm in ("norm1", "norm2"):
                 weight_and_bias(rules, block + norm, block + norm)
             rules[block + "attn.qkv.weight"] = Rule.rename(block + "attn.qkv.weight")
-            rules[block + "attn.q_bias"] = Rule((block + "attn.qkv.bias",), third(0))
-            rules[block + "attn.v_bias"] = Rule((block + "attn.qkv.bias",), third(2))
+            bias = block + "attn.qkv.bias"
+            if bias + "_mask" in keys:  # Meta's attention computes with qkv.bias * bias_mask
+                rules[block + "attn.q_bias"] = Rule((bias, bias + "_mask"), masked_third(0))
+                rules[block + "attn.v_bias"] = Rule((bias, bias + "_mask"), masked_third(2))
+            else:
+                rules[block + "attn.q_bias"] = Rule((bias,), third(0))
+                rules[block + "attn.v_bias"] = Rule((bias,), third(2))
             weight_and_bias(rules, block + "attn.proj", block + "attn.proj")
             rules[block + "gamma_1"] = Rule.rename(block + "ls1.gamma")
             rules[block + "gamma_2"] = Rule.rename(block + "ls2.gamma")
@@ -74,9 +79,35 @@ class MetaDinov3Layout(Layout):
         if "rope_embed.periods" in keys:
             check_periods(checkpoint)
         biases = sorted(k for k in keys if re.match(r"^blocks\.\d+\.attn\.qkv\.bias$", k))
-        if biases and all(qkv_bias_is_zero(checkpoint, key) for key in biases):
+        zero = [qkv_bias_is_zero(checkpoint, key) for key in biases]  # every mask checked, none skipped
+        if biases and all(zero):
             ignored.update(biases)  # all zero: a model without q/v biases computes the same
+        # a mask is read with its bias (the q / v biases are the masked ones); without a bias to mask it says nothing
+        masks = (k for k in keys if re.match(r"^blocks\.\d+\.attn\.qkv\.bias_mask$", k))
+        ignored.update(k for k in masks if k.removesuffix("_mask") not in keys - ignored)
         return ignored
+
+
+def masked_third(index: int) -> Op:
+    """An op taking the ``index``-th third of a fused q/k/v bias after its ``bias_mask`` (as Meta's attention
+    applies it: ``qkv.bias * bias_mask``, in the bias's dtype)."""
+    part = third(index)
+
+    def masked(bias: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return part(bias * mask.to(bias.dtype))
+
+    return masked
+
+
+def apply_bias_masks(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state_dict`` with every fused ``qkv.bias`` multiplied by its ``bias_mask`` (what Meta's attention computes
+    with), for readers that ignore the mask (timm's importer)."""
+    out = dict(state_dict)
+    for key, bias in state_dict.items():
+        mask = state_dict.get(key + "_mask")
+        if key.endswith(".qkv.bias") and mask is not None and mask.shape == bias.shape:
+            out[key] = bias * mask.to(bias.dtype)
+    return out
 
 
 def qkv_bias_is_zero(checkpoint: Checkpoint, key: str) -> bool:

@@ -240,6 +240,32 @@ def test_meta_rotary_of_another_base_is_refused(tmp_path):
         convert(tmp_path / "dinov3.pth", tmp_path / "out")
 
 
+@pytest.mark.parametrize(
+    ("periods", "message"),
+    [
+        (torch.zeros(0), r"has shape \(0,\); expected DINOv3's rotary periods"),
+        (
+            100.0 ** (4 * torch.arange(5, dtype=torch.float32) / 20),
+            r"head_dim 20\), which does not divide the width 384",
+        ),
+        ((100.0 ** (4 * torch.arange(16, dtype=torch.float32) / 64)).reshape(4, 4), r"has shape \(4, 4\)"),
+        (torch.full((16,), float("nan")), r"\[nan, nan, nan, nan\]\.\.\. is not DINOv3's rotary"),
+        (torch.ones(1, dtype=torch.int64), r"is int64; expected .* floating-point"),
+    ],
+    ids=["empty", "count-not-dividing-width", "2-D", "nan", "int"],
+)
+def test_meta_degenerate_rotary_periods_are_refused_in_one_line(tmp_path, periods, message):
+    """The periods give the head count: degenerate ones are refused naming what was expected (not read as absent,
+    with a head count assumed)."""
+    state = meta_state_dict(timm_dinov3("vit_small_patch16_dinov3"))
+    state["rope_embed.periods"] = periods
+    torch.save(state, tmp_path / "dinov3.pth")
+    with pytest.raises(ConversionError, match=f"rope_embed.periods.*{message}") as raised:
+        convert(tmp_path / "dinov3.pth", tmp_path / "out")
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "out").exists()
+
+
 # --- timm's Eva -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("timm_name", "expected"),

@@ -134,10 +134,25 @@ def qkv_bias_is_zero(checkpoint: Checkpoint, key: str) -> bool:
 
 
 def check_periods(checkpoint: Checkpoint) -> None:
-    """``rope_embed.periods`` must be DINOv3's rotary at base 100 (the only one the model builds)."""
+    """``rope_embed.periods`` must be DINOv3's rotary at base 100 (the only one the model builds): one dimension of
+    ``head_dim / 4`` finite floating-point periods, ``head_dim`` dividing the width (it gives the head count)."""
+    shape, dtype = checkpoint.shape("rope_embed.periods"), checkpoint.dtype("rope_embed.periods")
+    expected = "expected DINOv3's rotary periods, one dimension of head_dim / 4 floating-point values"
+    if len(shape) != 1 or not shape[0]:
+        raise ConversionError(f"rope_embed.periods has shape {tuple(shape)}; {expected}", checkpoint.path)
+    if not dtype.is_floating_point:
+        raise ConversionError(f"rope_embed.periods is {str(dtype).removeprefix('torch.')}; {expected}", checkpoint.path)
+    head_dim = 4 * shape[0]
+    if "patch_embed.proj.weight" in checkpoint:
+        width = checkpoint.shape("patch_embed.proj.weight")[0]
+        if width % head_dim:
+            raise ConversionError(
+                f"rope_embed.periods has {shape[0]} periods (head_dim {head_dim}), which does not divide the width "
+                f"{width} (patch_embed.proj.weight); {expected} whose head_dim divides the width",
+                checkpoint.path,
+            )
     periods = checkpoint.tensor("rope_embed.periods").double()
-    head_dim = 4 * periods.numel()
-    if periods.dim() != 1 or not torch.allclose(periods, rope_periods(head_dim), rtol=1e-2):
+    if not bool(periods.isfinite().all()) or not torch.allclose(periods, rope_periods(head_dim), rtol=1e-2):
         raise ConversionError(
             f"rope_embed.periods {periods.flatten()[:4].tolist()}... is not DINOv3's rotary with base "
             f"{ROPE_BASE:g} (periods {ROPE_BASE:g} ** (4 i / head_dim)); other rotary settings are not supported",

@@ -117,10 +117,34 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attention_mistake(image: str, model: str, out: str) -> str | None:
+    """What is wrong with the arguments, seen without torch (in about a second, before a model is built)."""
+    if Path(model).is_file() and not Path(image).is_file():
+        return (
+            f"--model got the file {model!r} and the image is {image!r}, which is no file: the image comes first, "
+            f"the model after --model (vitscratch attention {model!r} --model {image!r})"
+        )
+    expected = "expected an image file (PNG, JPEG, GIF, BMP, TIFF, WebP or PPM)"  # the library's words
+    if not Path(image).exists():
+        return f"cannot read image {image!r}: it does not exist; {expected}"
+    if not Path(image).is_file():
+        return (
+            f"cannot read image {image!r}: it is not a regular file (a directory, FIFO, socket or device); {expected}"
+        )
+    folder = Path(out).parent
+    if not folder.is_dir():
+        return f"output directory {str(folder)!r} does not exist (for --out {out!r}); create it first"
+    return None
+
+
 def _cmd_attention(args: argparse.Namespace) -> int:
+    out = args.out or f"{Path(args.image).stem}.attention.png"
+    mistake = _attention_mistake(args.image, args.model, out)
+    if mistake is not None:  # said before the package (and torch) is imported; names are shown by repr()
+        print(f"{PROG}: error: {mistake}", file=sys.stderr)
+        return 2
     from timm_vitscratch.inspect.attention_maps import write_attention_png
 
-    out = args.out or f"{Path(args.image).stem}.attention.png"
     try:
         maps = write_attention_png(args.image, args.model, out, img_size=args.img_size)
     except Exception as error:

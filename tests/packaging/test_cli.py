@@ -53,6 +53,30 @@ def test_timms_name_points_to_its_mirror_and_a_folder_is_not_taken_for_a_model(t
     assert "vitscratch list shows every registered name" in err and "scratch_vit_b16," not in err
 
 
+def test_attention_mistakes_are_answered_before_torch_is_imported(tmp_path):
+    """A missing output directory, a missing image and the model and image swapped: each one line, exit 2, and
+    neither torch nor the package imported to say it."""
+    (tmp_path / "photo.jpg").write_bytes(b"not read")
+    code = (
+        "import sys, timm_vitscratch_cli as cli\n"
+        "for argv in (['attention', 'photo.jpg', '--model', 'scratch_vit_ti16', '--out', 'nodir/x.png'],\n"
+        "             ['attention', 'missing.jpg', '--model', 'scratch_vit_ti16'],\n"
+        "             ['attention', '--model', 'photo.jpg', 'scratch_vit_ti16']):\n"
+        "    assert cli.main(argv) == 2, argv\n"
+        "print(sorted(m for m in ('torch', 'timm', 'timm_vitscratch') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert done.stderr.splitlines() == [
+        "vitscratch: error: output directory 'nodir' does not exist (for --out 'nodir/x.png'); create it first",
+        "vitscratch: error: cannot read image 'missing.jpg': it does not exist; expected an image file (PNG, JPEG, "
+        "GIF, BMP, TIFF, WebP or PPM)",
+        "vitscratch: error: --model got the file 'photo.jpg' and the image is 'scratch_vit_ti16', which is no file: "
+        "the image comes first, the model after --model (vitscratch attention 'photo.jpg' --model 'scratch_vit_ti16')",
+    ]
+
+
 def test_help_and_version_import_neither_torch_nor_timm_nor_the_package():
     """Parsing needs the standard library only: each command imports the library when it runs."""
     code = (

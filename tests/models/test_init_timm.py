@@ -2,9 +2,9 @@
 
 Built directly (``VisionTransformer(...)``, as timm builds its own), our model draws timm's random
 numbers in timm's order: with the same options and seed every tensor is bit-identical. Built
-through ``timm.create_model`` (on ``meta``, then initialised once), the draws that timm makes and
-then overwrites are skipped, so the tensors differ but each parameter's distribution is timm's:
-mean, std and the two-sample Kolmogorov-Smirnov distance are compared per parameter.
+through ``timm.create_model`` with other seeds than timm's, each parameter's distribution is timm's:
+mean, std and the two-sample Kolmogorov-Smirnov distance are compared per parameter (with the same
+seed the tensors are timm's: tests/models/test_same_seed.py).
 """
 
 import math
@@ -110,7 +110,7 @@ CREATE_CASES = {
 @pytest.mark.parametrize("variant, options", CREATE_CASES.values(), ids=CREATE_CASES.keys())
 @pytest.mark.parametrize("mode", SCHEMES)
 def test_create_model_initialises_like_timm(mode, variant, options):
-    """The fast path (built on meta, each tensor initialised once) draws from timm's distributions."""
+    """``create_model`` draws from timm's distributions."""
     torch.manual_seed(1)
     theirs = TimmViT(**options, weight_init=mode)
     torch.manual_seed(2)
@@ -209,7 +209,7 @@ def test_eva_names_draw_timms_eva_tensors(swiglu, qkv_bias):
 
 
 def test_dinov3_through_create_model_has_evas_distributions():
-    # built on meta and initialised once: Eva's rules (tokens N(0, .02), residual projections scaled by depth,
+    # Eva's rules (tokens N(0, .02), residual projections scaled by depth,
     # the head by 1e-3), not the classic ViT's (tokens N(0, 1e-6))
     import timm_vitscratch  # noqa: F401  (registers the models)
 

@@ -238,7 +238,8 @@ SIGLIP_TIMM_NAMES: dict[str, str] = {name: timm_name for name, (timm_name, _) in
 
 #: SigLIP 2 NaFlex as timm builds it (its ``NaFlexVit``): SigLIP's tower at any size and aspect ratio, its 16x16
 #: position table (img_size 256 at patch 16) resampled to each image's grid bilinearly (antialiased), as timm's
-#: ``pos_embed_interp_mode='bilinear'``; tanh-approximated GELU. timm's cfg sets 384 px as the default input.
+#: ``pos_embed_interp_mode='bilinear'``; tanh-approximated GELU; NaFlexVit's init. timm's cfg sets 384 px as the
+#: default input.
 _SIGLIP2_NAFLEX = dict(
     _SIGLIP,
     patch_size=16,
@@ -246,6 +247,7 @@ _SIGLIP2_NAFLEX = dict(
     dynamic_img_size=True,
     pos_embed_interp_mode="bilinear",
     act_layer="gelu_tanh",
+    naflex_init=True,
 )
 #: our SigLIP 2 NaFlex variant -> (timm's ``NaFlexVit`` model of the same architecture, its size)
 SIGLIP2_NAFLEX_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

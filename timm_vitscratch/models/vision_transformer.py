@@ -35,7 +35,7 @@ from .packing import PackedSegments, segments_of
 from .patch_embed import PatchEmbed
 from .position import position_encoding
 from .rotary import rotary_position, with_prefix_rows
-from .weight_init import apply_init, check_weight_init, init_eva, scheme
+from .weight_init import InitFn, apply_init, check_weight_init, init_eva, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
@@ -121,6 +121,7 @@ class VisionTransformer(nn.Module):
         patchify_channels_last: bool = True,
         naflex_packed: bool = True,
         pos_embed_interp_mode: str = "bicubic",
+        naflex_init: bool = False,
         eva_names: bool = False,
         swiglu_mlp: bool = False,
         swiglu_align_to: int = 0,
@@ -185,6 +186,10 @@ class VisionTransformer(nn.Module):
                 layout, which export always takes.
             pos_embed_interp_mode: How the learned position table is resampled to another grid, antialiased:
                 'bicubic' (timm's ``VisionTransformer``) or 'bilinear' (timm's ``NaFlexVit`` SigLIP 2 models).
+            naflex_init: Initialised as timm's ``NaFlexVit`` (SigLIP 2 NaFlex): the class and register tokens
+                N(0, 1e-6) and the learned position table N(0, .02), drawn when built, right after the patch
+                projection (again by ``init_weights``, not by the constructor's pass); the patch projection by the
+                scheme's Linear rule over NaFlexVit's (row, column, channel) input order, as the Linear it is there.
             eva_names: Built as timm's ``Eva`` (DINOv3, PE, EVA02): its names for the same layers (LayerScale as
                 the blocks' ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias``, no key bias; no
                 ``patch_drop`` / ``pre_logits`` modules when they would do nothing), and with ``weight_init=''``
@@ -225,6 +230,7 @@ class VisionTransformer(nn.Module):
             eva_names=eva_names,
             qkv_fused=qkv_fused,
             attn_type=attn_type,
+            naflex_init=naflex_init,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
@@ -250,6 +256,7 @@ class VisionTransformer(nn.Module):
         self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
         self.grad_checkpointing = False
         self.eva_names = eva_names  # Eva's init, and group_matcher's groups as timm's Eva makes them
+        self.naflex_init = naflex_init  # NaFlexVit's init
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
         self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
@@ -278,6 +285,8 @@ class VisionTransformer(nn.Module):
             self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
         else:
             self.pos_embed = None
+        if naflex_init and not self.has_meta_tensors():  # timm's NaFlexEmbeds draws these when built
+            self._init_naflex_tokens()
         # positions for any grid, packed tokens or padded slots, from the table (a plain object, not a module)
         self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim, pos_embed_interp_mode)
         self.pos_drop = nn.Dropout(pos_drop_rate)
@@ -385,6 +394,7 @@ class VisionTransformer(nn.Module):
         eva_names: bool,
         qkv_fused: bool,
         attn_type: str,
+        naflex_init: bool,
     ) -> None:
         """Refuse option values and combinations the model cannot build, before anything is built."""
         if num_classes < 0:
@@ -412,6 +422,10 @@ class VisionTransformer(nn.Module):
             raise ValueError("representation_size (has_logits) cannot be combined with distilled=True")
         if distilled and not class_token:
             raise ValueError("distilled=True needs the class token (class_token=True)")
+        if naflex_init and (eva_names or distilled):
+            raise ValueError(
+                "naflex_init is timm NaFlexVit's init, which has neither Eva's names nor a distillation token"
+            )
         _check_global_pool(global_pool, distilled, class_token)
 
     @property
@@ -450,6 +464,13 @@ class VisionTransformer(nn.Module):
         """The scheme's pass in timm's order, over every tensor or those whose ids are in ``only``: the model's
         own tensors, then the layers; for timm's Eva the layers first, then its own tensors and its rescaling."""
         init = scheme(self.weight_init_mode, self.num_classes)
+        if self.naflex_init:  # NaFlexVit: the patch projection (its embedding's Linear), its tokens, the layers
+            self._init_naflex_patch_projection(init, needs_reset, only=only)
+            if needs_reset:
+                self._init_naflex_tokens(only=only)
+            apply_init(init, self, needs_reset, only=only, skip=("patch_embed",))
+            self._rescale_residual_projections(only=only)  # NaFlexVit's fix_init, on in every model of timm's
+            return
         if self._eva_init():
             apply_init(init_eva, self, needs_reset, only=only)
             self._init_own_tensors(only=only)
@@ -464,17 +485,61 @@ class VisionTransformer(nn.Module):
     def _eva_rescale(self, only: Collection[int] | None = None) -> None:
         """Eva's last steps: each block's residual projections (``attn.proj``, ``mlp.fc2``) divided by
         sqrt(2 * (index + 1)), the head drawn again and scaled by 1e-3. ``only``: the ids of fresh tensors."""
+        self._rescale_residual_projections(only=only)
+        with torch.no_grad():
+            head = self.head
+            if isinstance(head, nn.Linear) and (only is None or id(head.weight) in only):
+                trunc_normal_(head.weight, std=0.02)
+                head.weight.mul_(1e-3)
+                head.bias.mul_(1e-3)
+
+    def _init_naflex_tokens(self, only: Collection[int] | None = None) -> None:
+        """timm NaFlexVit's embedding tokens: the class and register tokens N(0, 1e-6), the learned position table
+        N(0, .02) (the sincos table computed). ``only``: the ids of the tensors to initialise (default: all)."""
+        with torch.no_grad():
+            for token, std in ((self.cls_token, 1e-6), (self.reg_token, 1e-6), (self.pos_embed, 0.02)):
+                if token is None or (only is not None and id(token) not in only):
+                    continue
+                if token is self.pos_embed and self.sincos_pos_embed:
+                    token.copy_(self._sincos_table(torch.device("cpu")))
+                else:
+                    nn.init.normal_(token, std=std)
+
+    def _init_naflex_patch_projection(self, init: InitFn, needs_reset: bool, only: Collection[int] | None) -> None:
+        """The scheme's rule for timm NaFlexVit's patch projection, a Linear over flat patches (in the order the
+        model reads them: ``patchify_channels_last``), drawn into a stand-in Linear in that layout, then laid out as
+        our Conv2d's kernel. ``only``: the ids of fresh tensors."""
+        proj = self.patch_embed.proj
+        weight, bias = proj.weight, proj.bias
+        fresh_weight = only is None or id(weight) in only
+        fresh_bias = bias is not None and (only is None or id(bias) in only)
+        if not (fresh_weight or fresh_bias):
+            return
+        # (D, C, ph, pw) <-> the Linear's (D, ph * pw * C), or (D, C * ph * pw) with channels first
+        order = (0, 2, 3, 1) if self.patchify_channels_last else (0, 1, 2, 3)
+        back = (0, 3, 1, 2) if self.patchify_channels_last else (0, 1, 2, 3)
+        flat_shape = weight.permute(*order).shape
+        # the stand-in holds the kernel's values, so that a scheme without a rule for it keeps them
+        linear = nn.Linear(weight[0].numel(), weight.shape[0], bias=bias is not None, device="meta")
+        linear.weight = nn.Parameter(weight.detach().permute(*order).reshape(weight.shape[0], -1).clone())
+        if bias is not None:
+            linear.bias = nn.Parameter(bias.detach().clone())
+        init(linear, "", needs_reset)
+        with torch.no_grad():
+            if fresh_weight:
+                weight.copy_(linear.weight.view(flat_shape).permute(*back))
+            if fresh_bias and bias is not None:
+                bias.copy_(linear.bias)
+
+    def _rescale_residual_projections(self, only: Collection[int] | None = None) -> None:
+        """timm's ``fix_init``: each block's residual projections (``attn.proj``, ``mlp.fc2``) divided by
+        sqrt(2 * (index + 1)). ``only``: the ids of fresh tensors."""
         with torch.no_grad():
             for index, block in enumerate(self.blocks):
                 assert isinstance(block, Block)
                 for layer in (block.attn.proj, block.mlp.fc2):
                     if only is None or id(layer.weight) in only:
                         layer.weight.div_(math.sqrt(2.0 * (index + 1)))
-            head = self.head
-            if isinstance(head, nn.Linear) and (only is None or id(head.weight) in only):
-                trunc_normal_(head.weight, std=0.02)
-                head.weight.mul_(1e-3)
-                head.bias.mul_(1e-3)
 
     def _init_own_tensors(self, only: Collection[int] | None = None) -> None:
         """timm's rules, in timm's order: the distillation token and the learned position table

@@ -125,12 +125,19 @@ def own_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
 
 
-def apply_init(init: InitFn, model: nn.Module, needs_reset: bool = True, only: Collection[int] | None = None) -> None:
+def apply_init(
+    init: InitFn,
+    model: nn.Module,
+    needs_reset: bool = True,
+    only: Collection[int] | None = None,
+    skip: Collection[str] = (),
+) -> None:
     """``init`` on every submodule of ``model`` (not ``model`` itself), children first, in timm's order.
 
     Each submodule gets the role its parent's ``init_roles`` gives it. With ``only`` (the ids of
     tensors just given storage), a module is initialised only if it holds one of them, and its other
-    tensors (loaded ones) keep their values: they sit out the init behind scratch stand-ins.
+    tensors (loaded ones) keep their values: they sit out the init behind scratch stand-ins. ``skip``:
+    children of ``model`` the caller initialises itself.
     """
 
     def visit(module: nn.Module, role: str) -> None:
@@ -152,7 +159,8 @@ def apply_init(init: InitFn, model: nn.Module, needs_reset: bool = True, only: C
 
     roles = getattr(model, "init_roles", {})
     for name, child in model.named_children():
-        visit(child, roles.get(name, ""))
+        if name not in skip:
+            visit(child, roles.get(name, ""))
 
 
 def _stand_in(tensor: torch.Tensor) -> torch.Tensor:

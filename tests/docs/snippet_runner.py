@@ -92,6 +92,16 @@ def _model_directory(path: Path, **kwargs: Any) -> None:
     save_model_directory(timm.create_model("scratch_vit_ti16", **kwargs), path)
 
 
+def _timm_weights(path: Path) -> None:
+    """timm's ``model.safetensors`` of the model its stem names, one block deep (the snippet asks for depth=1)."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    save_file(timm.create_model(path.stem, depth=1).state_dict(), str(path))
+
+
 def _image(path: Path, size: tuple[int, int] = (64, 48)) -> None:
     from PIL import Image
 
@@ -117,6 +127,7 @@ SETUPS: dict[str, Callable[[Path], None]] = {
     "transformers_folder": _transformers_folder,
     "ti16_3_classes": lambda path: _model_directory(path, num_classes=3),
     "tiny_directory": lambda path: _model_directory(path, img_size=32, depth=1, num_classes=3),
+    "timm_weights": _timm_weights,
     "image": _image,
     "image_folder": _image_folder,
     "classes": _classes,

@@ -119,6 +119,8 @@ SETUP: dict[str, list[str]] = {
     ],
     "docs/hub.md": ["ti16_3_classes:out", "classes:classes.txt", "image_folder:data/train", "image:cat.jpg", "hub"],
     "docs/inspection.md": ["image:photo.jpg", "tiny_directory:out/my_model"],
+    "docs/dinov3.md": ["timm_weights:vit_small_patch16_dinov3.safetensors"],
+    "docs/encoders.md": ["timm_weights:eva02_base_patch14_448.safetensors"],
     "docs/native_resolution.md": ["image_folder:data/train"],
     "docs/training.md": ["train_checkpoint:runs/hfhub/model_best.pth.tar", "hub"],
 }
@@ -199,6 +201,9 @@ RUN: dict[str, StandIn] = {
     "docs/dinov3.md: import timm, torch": StandIn(replace=(("pretrained=True", "pretrained=False, depth=1"),)),
     # docs/encoders.md: the tags resolved and built, one block deep; their weights would come from the network
     "docs/encoders.md: import timm, torch": StandIn(replace=(("pretrained=True", "pretrained=False, depth=1"),)),
+    # the offline forms: timm's file of the tag's model, one block deep, laid beside the snippet
+    "docs/dinov3.md: import timm": StandIn(replace=(("pretrained=True,", "pretrained=True, depth=1,"),)),
+    "docs/encoders.md: import timm": StandIn(replace=(("pretrained=True,", "pretrained=True, depth=1,"),)),
     "docs/inspection.md: import timm": StandIn(),
     # docs/models.md: the export blocks on a one-block model (what they show does not depend on depth)
     "docs/models.md: import timm, timm_vitscratch": StandIn(),

@@ -270,6 +270,12 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     if result.resampled_from:
         height, width = result.resampled_from
         print(f"position embedding resampled from the checkpoint's {height}x{width}")
+    if result.dropped:
+        shown = ", ".join(result.dropped[:4]) + (", ..." if len(result.dropped) > 4 else "")
+        print(
+            f"left out {len(result.dropped)} of the checkpoint's {result.source_tensors} tensors, which the model "
+            f"computes without (all-zero biases, training-only parts or another tower): {shown}"
+        )
     print(f"wrote {result.out_dir}/model.safetensors (sha256 {result.sha256}) and {result.out_dir}/config.json")
     if result.verification is not None:
         print(f"verify: {result.verification.summary()}")

@@ -225,3 +225,18 @@ def test_cli_convert_says_what_it_found_and_export(tmp_path, capsys):
     assert result.returncode == 2 and result.stderr.startswith("vitscratch: error: ")
     assert "broken.safetensors" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
+def test_cli_convert_says_which_tensors_it_left_out(tmp_path, capsys):
+    """Meta's fused q/k/v biases that are all zero (and their masks) are not written: the command says so, with
+    the count, instead of writing fewer tensors silently."""
+    from tests.convert.test_dinov3_sources import meta_state_dict, timm_dinov3
+    from timm_vitscratch.cli import main
+
+    torch.save(meta_state_dict(timm_dinov3("vit_small_patch16_dinov3", embed_dim=64, num_heads=4)), tmp_path / "m.pth")
+    assert main(["convert", str(tmp_path / "m.pth"), str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    total = len(torch.load(tmp_path / "m.pth", weights_only=True))
+    assert f"left out 6 of the checkpoint's {total} tensors, which the model computes without" in out
+    assert "blocks.0.attn.qkv.bias, blocks.0.attn.qkv.bias_mask," in out
+    assert len(converted_weights(tmp_path / "out")) == total - 6  # every other tensor is written

@@ -52,6 +52,9 @@ class ConversionResult:
     heads_note: str | None = None  # one line when the head count was assumed
     #: architecture facts nothing recorded (heads, activation, eps) and the values built: ``{"num_heads": 6}``
     assumed: dict[str, Any] = field(default_factory=dict)
+    #: the checkpoint's tensors left out (all-zero biases, training-only parts, another tower), and how many it has
+    dropped: tuple[str, ...] = ()
+    source_tensors: int = 0
 
     @property
     def assumption_notes(self) -> list[str]:
@@ -293,4 +296,6 @@ def convert(
         verification=verification,
         heads_note=plan.arch.heads_note,
         assumed=dict(plan.arch.assumed),
+        dropped=tuple(sorted(plan.ignored & set(checkpoint.keys()))),
+        source_tensors=len(checkpoint.keys()),
     )

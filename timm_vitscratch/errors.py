@@ -1,4 +1,5 @@
-"""The project's exception types, the one way their messages list many things, and their CLI wording."""
+"""The project's exception types, the one way their messages list many things (and show a value from a file),
+and their CLI wording."""
 
 from __future__ import annotations
 
@@ -81,3 +82,12 @@ def listed(items: Iterable[object], limit: int = 5, sep: str = ", ", quote: bool
         return "none"
     head = sep.join(repr(i) if quote else str(i) for i in items[:limit])
     return head + (f"{sep}... ({len(items)} in all)" if len(items) > limit else "")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value from a file for a one-line message: its ``repr`` (control and other unprintable characters escaped,
+    so none reaches a terminal raw), cut to ``limit`` characters however long the value is."""
+    if isinstance(value, str) and len(value) > 4 * limit:
+        value = value[: 4 * limit]  # the repr of a long string is never built whole
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -384,7 +384,7 @@ def test_transformers_config_that_does_not_fit(tmp_path):
     config_path = tmp_path / "hub" / "config.json"
     config = json.loads(config_path.read_text())
     config_path.write_text(json.dumps({**config, "hidden_act": "relu"}))
-    refused(tmp_path / "hub", tmp_path / "out", "hidden_act='relu'")
+    refused(tmp_path / "hub", tmp_path / "out", "hidden_act is 'relu'; expected 'gelu'")
     config_path.write_text(json.dumps({**config, "image_size": "huge"}))
     refused(tmp_path / "hub", tmp_path / "out", "image_size is 'huge'; expected an integer")
     config_path.write_text(json.dumps({**config, "image_size": 160}))  # 100 patches, but the table holds 196

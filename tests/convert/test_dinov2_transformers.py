@@ -160,7 +160,7 @@ def test_timms_loader_reads_transformers_file_directly_at_another_size(tmp_path)
         ({"model_type": "dinov2_with_registers"}, r"but the weights are a Dinov2Model's \(no registers\)"),
         ({"num_hidden_layers": 10**9}, r"num_hidden_layers is 1000000000; expected an integer in \[1, "),
         ({"use_swiglu_ffn": "yes"}, r"use_swiglu_ffn is 'yes'; expected true or false"),
-        ({"hidden_act": "relu"}, r"hidden_act='relu'"),
+        ({"hidden_act": "relu"}, r"hidden_act is 'relu'; expected 'gelu'"),
     ],
 )
 def test_a_config_that_disagrees_with_the_weights_is_one_error_before_anything_is_built(

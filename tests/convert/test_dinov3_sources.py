@@ -319,6 +319,30 @@ def test_transformers_dinov3_converts_verified_both_namings(tmp_path, gated, bia
 
 
 @pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (
+            {"query_bias": False, "value_bias": False},
+            ("query_bias false", "value_bias false", "q_proj.bias", "v_proj.bias"),
+        ),
+        ({"query_bias": False}, ("query_bias false", "layer.0.attention.q_proj.bias")),
+        ({"mlp_bias": False}, ("mlp_bias false", "mlp.up_proj.bias")),
+        ({"proj_bias": False}, ("proj_bias false", "attention.o_proj.bias")),
+    ],
+)
+def test_transformers_bias_flags_that_the_weights_contradict_are_refused(tmp_path, flags, named):
+    """s10: a DINOv3ViTConfig whose bias flag is false builds no such bias (transformers drops the tensor); weights
+    holding it are refused, naming the flag and the tensors."""
+    hf_dinov3(gated=False).save_pretrained(tmp_path / "hub")
+    config = json.loads((tmp_path / "hub" / "config.json").read_text())
+    (tmp_path / "hub" / "config.json").write_text(json.dumps({**config, **flags}))
+    with pytest.raises(ConversionError, match=r"config\.json beside the weights says") as raised:
+        convert(tmp_path / "hub", tmp_path / "out", verify=True)
+    assert all(name in str(raised.value) for name in named), str(raised.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     ("flags", "problem"),
     [
         ({"use_swiglu_ffn": True}, None),  # DINOv2's spelling of the flag

@@ -152,3 +152,159 @@ def test_a_consistent_config_still_converts_and_verifies(source, tmp_path):
     assert result.verification.confirmed
     x = torch.randn(1, 3, 16, 16)
     assert x.shape[-1] == CONFIG["image_size"]
+
+
+# --- every transformers family: a config value of the wrong type is one escaped, short line ------------------
+#: a tiny model of each family transformers' source reads (its config class's fields, as save_pretrained writes)
+FAMILIES = {
+    "vit": ("ViTForImageClassification", "ViTConfig", dict(CONFIG)),
+    "dinov3": (
+        "DINOv3ViTModel",
+        "DINOv3ViTConfig",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32)
+        | dict(num_register_tokens=2),
+    ),
+    "dinov2": (
+        "Dinov2Model",
+        "Dinov2Config",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=28, patch_size=14),
+    ),
+    "siglip": (
+        "SiglipVisionModel",
+        "SiglipVisionConfig",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32),
+    ),
+    "siglip2": (
+        "Siglip2VisionModel",
+        "Siglip2VisionConfig",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_patches=16),
+    ),
+}
+#: each family's yes/no field (the weights' biases, the gated MLP, the head)
+FLAG_OF = {
+    "vit": "qkv_bias",
+    "dinov3": "query_bias",
+    "dinov2": "qkv_bias",
+    "siglip": "vision_use_head",
+    "siglip2": "vision_use_head",
+}
+ANSI = "\x1b]0;pwned\x07\x1b[2J" + "g" * 100_000
+
+
+def family_dir(family: str, directory: Path) -> Path:
+    import transformers
+
+    model_cls, config_cls, fields = FAMILIES[family]
+    config = getattr(transformers, config_cls)(patch_size=fields.pop("patch_size", 16), **fields)
+    torch.manual_seed(0)
+    getattr(transformers, model_cls)(config).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("families")
+    return {family: family_dir(family, root / family) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_converts_as_saved(families, tmp_path, family):
+    """The tiny models below are refused for their one hostile field only."""
+    convert(families[family], tmp_path / "out")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hidden_act", {"a": 1}),
+        ("hidden_act", ANSI),
+        ("hidden_act", ["gelu"]),
+        ("hidden_act", 7),
+        ("model_type", {"a": 1}),
+        ("model_type", ANSI),
+        ("flag", ANSI),
+        ("flag", {"a": [1]}),
+        ("hidden_size", ANSI),
+        ("num_hidden_layers", {"a": 1}),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, str) else v[:12].encode("unicode_escape").decode(),
+)
+def test_a_config_value_of_the_wrong_type_is_one_escaped_short_line(families, tmp_path, capsys, family, field, value):
+    """s11: a dict hidden_act crashed SigLIP 2's reading (unhashable); DINOv3 / DINOv2 echoed a 100 KB value with
+    its raw escape bytes. Every family: exit 2, one line, the value escaped and cut, naming the field."""
+    field = FLAG_OF[family] if field == "flag" else field
+    d = variant(families[family], tmp_path / "bad", **{field: value})
+    line = cli_error(capsys, ["convert", str(d), str(tmp_path / "out")])
+    assert not any(c in line for c in "\x1b\x07\x00"), line
+    assert len(line) < 600, f"{len(line)} characters: {line[:300]}"
+    assert field in line, line
+    assert not (tmp_path / "out").exists()
+
+
+# --- sharded folders: refused unless the whole set can be read -----------------------------------------------
+def split_blocks(source: Path) -> tuple[dict, dict]:
+    """The tensors of ``source`` with and without its last block (layer 1 of 2): two shards of one model."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(source / "model.safetensors"))
+    second = {k: t for k, t in tensors.items() if ".layer.1." in k or ".layers.1." in k}
+    assert second
+    return {k: t for k, t in tensors.items() if k not in second}, second
+
+
+def test_a_partial_shard_set_is_refused_naming_what_is_missing(source, tmp_path, capsys):
+    """s12: one shard of two (with its index, whose names point out of the folder): '1 of 2 shards', the missing
+    one named; nothing is read from where the index points."""
+    first, second = split_blocks(source)
+    d = tmp_path / "partial"
+    d.mkdir()
+    shutil.copy(source / "config.json", d)
+    save_file(first, str(d / "model-00001-of-00002.safetensors"))
+    save_file(second, str(tmp_path / "secret.safetensors"))
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in first} | {k: "../secret.safetensors" for k in second}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    line = cli_error(capsys, ["convert", str(d), str(tmp_path / "out")])
+    assert "1 of 2 shards" in line and "missing 'model-00002-of-00002.safetensors'" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_shard_saved_as_model_safetensors_beside_the_others_is_refused(source, tmp_path, capsys):
+    first, second = split_blocks(source)
+    d = tmp_path / "beside"
+    d.mkdir()
+    shutil.copy(source / "config.json", d)
+    save_file(first, str(d / "model.safetensors"))
+    save_file(second, str(d / "model-00002-of-00002.safetensors"))
+    line = cli_error(capsys, ["convert", str(d), str(tmp_path / "out")])
+    assert "1 of 2 shards" in line and "'model.safetensors' beside them may be one shard of the set" in line, line
+
+
+def test_an_index_without_its_shards_is_refused_naming_them_escaped(source, tmp_path, capsys):
+    d = tmp_path / "index-only"
+    d.mkdir()
+    shutil.copy(source / "config.json", d)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "\x1b[2J" + "x" * 5000}}))
+    line = cli_error(capsys, ["convert", str(d), str(tmp_path / "out")])
+    assert "model.safetensors.index.json (a sharded checkpoint's index)" in line and "\x1b" not in line, line
+    assert len(line) < 700
+
+
+def test_a_file_named_as_one_shard_of_several_is_refused(source, tmp_path, capsys):
+    first, _ = split_blocks(source)
+    save_file(first, str(tmp_path / "model-00001-of-00003.safetensors"))
+    line = cli_error(capsys, ["convert", str(tmp_path / "model-00001-of-00003.safetensors"), str(tmp_path / "out")])
+    assert "is shard 1 of 3 of a sharded checkpoint" in line, line
+
+
+def test_a_transformers_folder_without_its_config_is_refused_but_its_file_converts(source, tmp_path, capsys):
+    """s12: a lone model.safetensors holding some of the blocks, no config: nothing says it is the whole model, so
+    the folder is refused (save_pretrained always writes config.json); the file itself is a bare state dict."""
+    first, _ = split_blocks(source)
+    d = tmp_path / "noconfig"
+    d.mkdir()
+    save_file(first, str(d / "model.safetensors"))
+    line = cli_error(capsys, ["convert", str(d), str(tmp_path / "out")])
+    assert "is a transformers model directory without its config.json" in line, line
+    assert not (tmp_path / "out").exists()
+    assert convert(d / "model.safetensors", tmp_path / "out", num_heads=4).model_args["depth"] == 1

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..errors import ConversionError
+from ..errors import ConversionError, shown
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.transformers_dinov2 import (
     CURRENT_NAMES,
@@ -34,7 +34,15 @@ from ..layouts.transformers_dinov2 import (
 from ..models.architecture import Arch
 from ..models.layers import to_2tuple
 from .source_format import Reference, ReferenceSpec, round_parameters
-from .transformers_dinov3 import VIT_CONFIG_FIELDS, WHERE, bounded_fields, quiet_transformers
+from .transformers_dinov3 import (
+    VIT_CONFIG_FIELDS,
+    WHERE,
+    bounded_fields,
+    config_choice,
+    config_flags,
+    config_model_type,
+    quiet_transformers,
+)
 
 #: model_type -> whether the weights hold registers
 MODEL_TYPES = {"dinov2": False, "dinov2_with_registers": True}
@@ -62,11 +70,7 @@ def dinov2_mlp_ratio(embed_dim: int, hidden: int, swiglu: bool) -> int | None:
 def _fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The config's architecture fields that are present, each inside our option's bounds (a file is data)."""
     fields = bounded_fields(config, BOUNDED_FIELDS, path)
-    for flag in FLAGS:
-        if flag in config:
-            if type(config[flag]) is not bool:
-                raise ConversionError(f"{WHERE}: {flag} is {config[flag]!r}; expected true or false", path)
-            fields[flag] = config[flag]
+    fields.update(config_flags(config, FLAGS, path))
     return fields
 
 
@@ -77,10 +81,11 @@ def _config_of(checkpoint: Checkpoint, registers: bool) -> dict[str, Any]:
         return {}
     found = side.get("model_type")
     expected = "dinov2_with_registers" if registers else "dinov2"
-    if found not in MODEL_TYPES or MODEL_TYPES[found] != registers:
+    if not isinstance(found, str) or found not in MODEL_TYPES or MODEL_TYPES[found] != registers:
         held = "a Dinov2WithRegistersModel's (register_tokens)" if registers else "a Dinov2Model's (no registers)"
         raise ConversionError(
-            f"{WHERE} is model_type {found!r}, but the weights are {held}; expected {expected!r}", checkpoint.path
+            f"{WHERE} is model_type {config_model_type(side)}, but the weights are {held}; expected {expected!r}",
+            checkpoint.path,
         )
     return side
 
@@ -101,11 +106,9 @@ def dinov2_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str
     registers, swiglu = has_registers(keys), is_swiglu(keys)
     config = _config_of(checkpoint, registers)
     fields = _fields(config, checkpoint.path)
-    act = config.get("hidden_act", "gelu")
-    if not swiglu and act != "gelu":  # Dinov2SwiGLUFFN is SiLU whatever hidden_act says
-        raise ConversionError(
-            f"{WHERE} asks for hidden_act={act!r}; the scratch DINOv2 MLP is exact GELU (or SwiGLU)", checkpoint.path
-        )
+    # Dinov2SwiGLUFFN is SiLU whatever hidden_act says (a string all the same)
+    why = "the scratch DINOv2 MLP is exact GELU, or SwiGLU"
+    config_choice(config, "hidden_act", None if swiglu else ("gelu",), "gelu", why, checkpoint.path)
     layer = LAYER.format(0)
     names, (_, swiglu_out) = (CURRENT_NAMES, CURRENT_SWIGLU) if is_current(keys) else (HUB_NAMES, HUB_SWIGLU)
     stem = _shape(checkpoint, STEM, 4)
@@ -124,16 +127,16 @@ def dinov2_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str
     stated = dict(fields)
     if "patch_size" in stated:
         stated["patch_size"] = to_2tuple(stated["patch_size"], "patch_size")
-    wrong = [f"{k} {config[k]!r} (the weights: {v})" for k, v in found.items() if k in stated and stated[k] != v]
+    wrong = [f"{k} {shown(config[k])} (the weights: {v})" for k, v in found.items() if k in stated and stated[k] != v]
     if "mlp_ratio" in fields and dinov2_mlp_width(stem[0], fields["mlp_ratio"], swiglu) != hidden:
-        wrong.append(f"mlp_ratio {config['mlp_ratio']!r} (the weights: an MLP {hidden} wide)")
+        wrong.append(f"mlp_ratio {shown(config['mlp_ratio'])} (the weights: an MLP {hidden} wide)")
     if "num_attention_heads" in fields and stem[0] % fields["num_attention_heads"]:
         wrong.append(f"num_attention_heads {fields['num_attention_heads']} (does not divide width {stem[0]})")
     if "image_size" in fields:
         size, patch = to_2tuple(fields["image_size"], "image_size"), (stem[2], stem[3])
         rows = (size[0] // patch[0]) * (size[1] // patch[1]) + 1
         if rows != table[1]:
-            wrong.append(f"image_size {config['image_size']!r} (the weights: a position table of {table[1]} rows)")
+            wrong.append(f"image_size {shown(config['image_size'])} (the weights: a position table of {table[1]} rows)")
     if wrong:
         raise ConversionError(
             f"{WHERE} does not describe these weights: {'; '.join(wrong)}; expected the config saved with them",
@@ -151,7 +154,8 @@ def dinov2_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str
 
 def dinov2_recorded(checkpoint: Checkpoint, hints: dict[str, Any]) -> set[str]:
     """A config.json records eps and activation (its own or Dinov2Config's defaults, which transformers builds)."""
-    if checkpoint.side_config.get("model_type") not in MODEL_TYPES:
+    found = checkpoint.side_config.get("model_type")
+    if not isinstance(found, str) or found not in MODEL_TYPES:
         return {"num_heads"} & set(hints)
     return {"act_layer", "norm_eps"} | ({"num_heads"} & set(hints))
 

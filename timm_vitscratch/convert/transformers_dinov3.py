@@ -8,8 +8,9 @@ read too. Either must agree with the weights (``gate_proj`` present or not), as 
 from __future__ import annotations
 
 import contextlib
+import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from ..errors import ConversionError, ModelArgsError
+from ..choices import MAX_EMBED_DIM, MAX_MLP_RATIO
+from ..errors import ConversionError, ModelArgsError, listed, shown
 from ..layouts.checkpoint import Checkpoint
-from ..layouts.transformers_dinov3 import block_prefix, is_gated
+from ..layouts.transformers_dinov3 import BLOCK_PATTERN, block_prefix, is_gated
 from ..models.architecture import Arch
 from ..models.model_args import check_option
 from .source_format import Reference, ReferenceSpec, round_parameters
@@ -39,6 +41,18 @@ VIT_CONFIG_FIELDS = {
 BOUNDED_FIELDS = {**VIT_CONFIG_FIELDS, "num_register_tokens": "reg_tokens", "rope_theta": "rope_temperature"}
 #: the gated-MLP flag, as DINOv3ViTConfig spells it and as DINOv2's config (and some DINOv3 ports) spell it
 GATED_FLAGS = ("use_gated_mlp", "use_swiglu_ffn")
+#: DINOv3ViTConfig's bias flags -> the per-block modules (after ``layer.N.``) whose ``.bias`` each builds
+BIAS_FLAGS = {
+    "query_bias": (r"attention\.q_proj",),
+    "key_bias": (r"attention\.k_proj",),
+    "value_bias": (r"attention\.v_proj",),
+    "proj_bias": (r"attention\.o_proj",),
+    "mlp_bias": (r"mlp\.up_proj", r"mlp\.down_proj", r"mlp\.gate_proj"),
+}
+#: the widest MLP a config may state: our widest embedding times our largest MLP ratio
+MAX_MLP_WIDTH = int(MAX_EMBED_DIM * MAX_MLP_RATIO)
+#: what a config's name field (``model_type``, an activation) may hold when any name is allowed
+CONFIG_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 #: DINOv3ViTConfig's own defaults, which a bare state dict without config.json was made with
 CONFIG_DEFAULTS = {"layer_norm_eps": 1e-5, "rope_theta": 100.0}
 
@@ -57,12 +71,50 @@ def bounded_fields(config: Mapping[str, Any], bounded: Mapping[str, str], path: 
     return fields
 
 
+def config_flags(config: Mapping[str, Any], flags: Iterable[str], path: Path) -> dict[str, bool]:
+    """The yes/no fields of a transformers config.json that ``flags`` names and the config has, each true or false
+    (anything else is one ConversionError showing the value escaped and cut)."""
+    found: dict[str, bool] = {}
+    for flag in flags:
+        if flag in config:
+            if type(config[flag]) is not bool:
+                raise ConversionError(f"{WHERE}: {flag} is {shown(config[flag])}; expected true or false", path)
+            found[flag] = config[flag]
+    return found
+
+
+def config_integers(config: Mapping[str, Any], highs: Mapping[str, int], path: Path) -> dict[str, int]:
+    """The integer fields ``highs`` names (field -> its largest value) that the config has, each in [1, high]."""
+    found: dict[str, int] = {}
+    for field, high in highs.items():
+        value = config.get(field)
+        if value is not None:
+            if type(value) is not int or not 1 <= value <= high:
+                raise ConversionError(f"{WHERE}: {field} is {shown(value)}; expected an integer in [1, {high:,}]", path)
+            found[field] = value
+    return found
+
+
+def config_choice(
+    config: Mapping[str, Any], field: str, allowed: Collection[str] | None, default: str, why: str, path: Path
+) -> str:
+    """A text field of the config (``default`` when absent): one of ``allowed`` (any name, when None); anything
+    else is one ConversionError showing the value escaped and cut, and ``why`` (what the models have)."""
+    value = config.get(field, default)
+    if not isinstance(value, str) or not (CONFIG_NAME.fullmatch(value) if allowed is None else value in allowed):
+        expected = "a name (letters, digits, '_', '-', '.')" if allowed is None else " or ".join(map(repr, allowed))
+        raise ConversionError(f"{WHERE}: {field} is {shown(value)}; expected {expected} ({why})", path)
+    return value
+
+
+def config_model_type(config: Mapping[str, Any]) -> str:
+    """The config's ``model_type``, shown for a message (escaped and cut: it is the file's)."""
+    return shown(config.get("model_type"))
+
+
 def _fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     fields = bounded_fields(config, BOUNDED_FIELDS, path)
-    flags = {flag: config[flag] for flag in GATED_FLAGS if flag in config}
-    for flag, value in flags.items():
-        if type(value) is not bool:
-            raise ConversionError(f"{WHERE}: {flag} is {value!r}; expected true or false", path)
+    flags = config_flags(config, GATED_FLAGS, path)
     if len(set(flags.values())) > 1:
         raise ConversionError(f"{WHERE}: use_gated_mlp and use_swiglu_ffn disagree ({flags}); expected one", path)
     if flags:
@@ -70,24 +122,42 @@ def _fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     return fields
 
 
+def check_bias_flags(config: Mapping[str, Any], keys: set[str], path: Path) -> None:
+    """A DINOv3ViTConfig whose bias flag is false builds no such bias, so transformers drops the tensor: weights that
+    hold one are another model's than the config describes (refused, naming the flag and the tensors)."""
+    flags = config_flags(config, BIAS_FLAGS, path)
+    wrong = []
+    for flag, names in BIAS_FLAGS.items():
+        if flags.get(flag) is False:
+            held = sorted(k for k in keys if re.match(BLOCK_PATTERN + rf"(?:{'|'.join(names)})\.bias$", k))
+            if held:
+                wrong.append(f"{flag} false, but the weights hold {listed(held, limit=2)}")
+    if wrong:
+        raise ConversionError(
+            f"{WHERE} says {'; '.join(wrong)}; expected the config saved with them (transformers would drop those "
+            f"biases, the conversion would keep them)",
+            path,
+        )
+
+
 def dinov3_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str, Any]:
     """Heads, eps, image size and rotary base from a DINOv3ViTConfig beside the weights, checked against them."""
     config = checkpoint.side_config if checkpoint.side_config.get("model_type") == "dinov3_vit" else {}
     if checkpoint.side_config and not config:
-        found = checkpoint.side_config.get("model_type")
         raise ConversionError(
-            f"{WHERE} is model_type {found!r}, but the weights are a DINOv3ViTModel's; expected 'dinov3_vit'",
+            f"{WHERE} is model_type {config_model_type(checkpoint.side_config)}, but the weights are a "
+            f"DINOv3ViTModel's; expected 'dinov3_vit'",
             checkpoint.path,
         )
     fields = _fields(config, checkpoint.path)
     gated = is_gated(keys)
-    act = config.get("hidden_act", "silu" if gated else "gelu")
-    if act != ("silu" if gated else "gelu"):
-        raise ConversionError(
-            f"{WHERE} asks for hidden_act={act!r} in a {'gated' if gated else 'plain'} MLP; the scratch models "
-            f"use {'SiLU (SwiGLU)' if gated else 'exact GELU'} there",
-            checkpoint.path,
-        )
+    act = "silu" if gated else "gelu"
+    why = (
+        f"in a {'gated' if gated else 'plain'} MLP the scratch models use {'SiLU (SwiGLU)' if gated else 'exact GELU'}"
+    )
+    config_choice(config, "hidden_act", (act,), act, why, checkpoint.path)
+    fields.update(config_integers(config, {"intermediate_size": MAX_MLP_WIDTH}, checkpoint.path))
+    check_bias_flags(config, keys, checkpoint.path)
     stem = checkpoint.shape("embeddings.patch_embeddings.weight")
     up = checkpoint.shape(block_prefix(keys).format(0) + "mlp.up_proj.weight")
     regs = checkpoint.shape("embeddings.register_tokens")[1] if "embeddings.register_tokens" in keys else 0
@@ -100,7 +170,7 @@ def dinov3_hints(checkpoint: Checkpoint, keys: set[str], depth: int) -> dict[str
         "num_register_tokens": regs,
         "gated": gated,
     }
-    stated = {**fields, **({"intermediate_size": config["intermediate_size"]} if "intermediate_size" in config else {})}
+    stated = fields
     wrong = [f"{k} {stated[k]} (the weights: {v})" for k, v in found.items() if k in stated and stated[k] != v]
     if "num_attention_heads" in fields and stem[0] % fields["num_attention_heads"]:
         wrong.append(f"num_attention_heads {fields['num_attention_heads']} (does not divide width {stem[0]})")

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..choices import MAX_EMBED_DIM, MAX_MLP_RATIO
-from ..errors import ConversionError, ModelArgsError
+from ..errors import ConversionError, ModelArgsError, shown
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap
 from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
@@ -34,6 +34,9 @@ from .transformers_dinov2 import (
 )
 from .transformers_dinov3 import (
     VIT_CONFIG_FIELDS,
+    config_choice,
+    config_flags,
+    config_integers,
     dinov3_export_config,
     dinov3_hints,
     dinov3_recorded,
@@ -73,6 +76,16 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         return {}
 
     def hints(self, checkpoint: Checkpoint, keys: set[str]) -> dict[str, Any]:
+        if checkpoint.directory is not None and not checkpoint.side_config:
+            # save_pretrained writes config.json beside the weights: without it, nothing says the folder holds the
+            # whole model (one shard renamed model.safetensors reads as a model of fewer blocks)
+            raise ConversionError(
+                "is a transformers model directory without its config.json (or with an empty one): nothing says "
+                "these weights are the whole model (not one shard of several, or some of its blocks); expected "
+                "the config.json save_pretrained wrote beside them (or pass the weights file itself, to convert it "
+                "as a bare state dict with the config class's defaults)",
+                checkpoint.directory,
+            )
         if is_dinov3(keys):
             return dinov3_hints(checkpoint, keys, self.depth(keys))
         if is_siglip(keys):
@@ -80,12 +93,9 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         if is_dinov2(keys):
             return dinov2_hints(checkpoint, keys, self.depth(keys))
         config = checkpoint.side_config if "model_type" in checkpoint.side_config else {}
-        if config.get("hidden_act", "gelu") != "gelu" or config.get("pooler_act", "tanh") != "tanh":
-            raise ConversionError(
-                f"config.json asks for activations hidden_act={config.get('hidden_act')!r}, "
-                f"pooler_act={config.get('pooler_act')!r}; the scratch ViT uses exact GELU and Tanh",
-                checkpoint.path,
-            )
+        config_choice(config, "model_type", None, "vit", "the model_type of a ViT or DeiT config", checkpoint.path)
+        for field, act in (("hidden_act", "gelu"), ("pooler_act", "tanh")):
+            config_choice(config, field, (act,), act, "the scratch ViT uses exact GELU and Tanh", checkpoint.path)
         fields = checked_fields(config, checkpoint.path)
         check_fields_against_weights(fields, config, checkpoint, keys, self.depth(keys))
         # transformers' names for our options
@@ -226,17 +236,9 @@ def checked_fields(config: dict[str, Any], path: Any) -> dict[str, Any]:
             fields[field] = check_option(option, value, WHERE)
         except ModelArgsError as err:
             raise ConversionError(str(err).replace(f": {option} is", f": {field} is"), path) from None
-    if "intermediate_size" in config:  # the MLP width: embed_dim x mlp_ratio, inside both options' bounds
-        value, high = config["intermediate_size"], int(MAX_EMBED_DIM * MAX_MLP_RATIO)
-        if type(value) is not int or not 1 <= value <= high:
-            raise ConversionError(
-                f"{WHERE}: intermediate_size is {value!r}; expected an integer in [1, {high:,}] "
-                f"(embed_dim x mlp_ratio)",
-                path,
-            )
-        fields["intermediate_size"] = value
-    if "qkv_bias" in config and type(config["qkv_bias"]) is not bool:
-        raise ConversionError(f"{WHERE}: qkv_bias is {config['qkv_bias']!r}; expected true or false", path)
+    # the MLP width: embed_dim x mlp_ratio, inside both options' bounds
+    fields.update(config_integers(config, {"intermediate_size": int(MAX_EMBED_DIM * MAX_MLP_RATIO)}, path))
+    config_flags(config, ("qkv_bias",), path)
     id2label = config.get("id2label")
     if id2label is not None:
         if not isinstance(id2label, dict):
@@ -261,7 +263,7 @@ def check_fields_against_weights(
 
     def compare(field: str, stated: Any, found: Any, what: str) -> None:
         if stated is not None and stated != found:
-            problems.append(f"{field} {config.get(field, stated)}, but the weights have {what}")
+            problems.append(f"{field} {shown(config.get(field, stated))}, but the weights have {what}")
 
     if "num_hidden_layers" in fields:
         compare("num_hidden_layers", fields["num_hidden_layers"], layers, f"{layers} layers")

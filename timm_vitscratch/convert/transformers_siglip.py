@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..choices import MAX_EMBED_DIM, MAX_MLP_RATIO, MAX_PATCHES
-from ..errors import ConversionError
+from ..errors import ConversionError, shown
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.transformers_siglip import (
     MARKER,
@@ -31,7 +31,16 @@ from ..layouts.transformers_siglip import (
 )
 from ..models.architecture import Arch
 from .source_format import Reference, ReferenceSpec, round_parameters
-from .transformers_dinov3 import VIT_CONFIG_FIELDS, WHERE, bounded_fields, quiet_transformers
+from .transformers_dinov3 import (
+    VIT_CONFIG_FIELDS,
+    WHERE,
+    bounded_fields,
+    config_choice,
+    config_flags,
+    config_integers,
+    config_model_type,
+    quiet_transformers,
+)
 
 #: model_type of the vision tower's config, and of the full model's that holds it in ``vision_config``
 TOWER_TYPES = {"siglip_vision_model": "SigLIP", "siglip2_vision_model": "SigLIP 2"}
@@ -52,16 +61,18 @@ def vision_config(checkpoint: Checkpoint) -> dict[str, Any]:
     if not config:
         return {}
     found, kind = config.get("model_type"), _kind(checkpoint)
+    if not isinstance(found, str):
+        found = None  # not a name: shown below, escaped and cut
     if found in FULL_TYPES and FULL_TYPES[found] == kind:
         tower = config.get("vision_config")
         if not isinstance(tower, dict):
-            raise ConversionError(f"{WHERE} is a {found!r} model without a vision_config object", checkpoint.path)
+            raise ConversionError(f"{WHERE} is a {shown(found)} model without a vision_config object", checkpoint.path)
         return tower
     if found in TOWER_TYPES and TOWER_TYPES[found] == kind:
         return config
     expected = [t for t, k in {**TOWER_TYPES, **FULL_TYPES}.items() if k == kind]
     raise ConversionError(
-        f"{WHERE} is model_type {found!r}, but the weights are a {kind} vision tower's; expected "
+        f"{WHERE} is model_type {config_model_type(config)}, but the weights are a {kind} vision tower's; expected "
         f"{' or '.join(repr(t) for t in expected)}",
         checkpoint.path,
     )
@@ -70,24 +81,13 @@ def vision_config(checkpoint: Checkpoint) -> dict[str, Any]:
 def _bounded(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The architecture fields present, each inside the bounds our own option has."""
     fields = bounded_fields(config, VIT_CONFIG_FIELDS, path)
-    for field, high in (("intermediate_size", int(MAX_EMBED_DIM * MAX_MLP_RATIO)), ("num_patches", MAX_PATCHES)):
-        value = config.get(field)
-        if value is not None and (type(value) is not int or not 1 <= value <= high):
-            raise ConversionError(f"{WHERE}: {field} is {value!r}; expected an integer in [1, {high:,}]", path)
-        if value is not None:
-            fields[field] = value
-    act = config.get("hidden_act", CONFIG_DEFAULTS["hidden_act"])
-    if act not in ACTS:
-        raise ConversionError(
-            f"{WHERE}: hidden_act is {str(act)[:40]!r}; expected {' or '.join(map(repr, ACTS))} "
-            f"(the activations of timm's SigLIP)",
-            path,
-        )
-    fields["hidden_act"] = act
-    if "vision_use_head" in config and type(config["vision_use_head"]) is not bool:
-        raise ConversionError(
-            f"{WHERE}: vision_use_head is {config['vision_use_head']!r}; expected true or false", path
-        )
+    highs = {"intermediate_size": int(MAX_EMBED_DIM * MAX_MLP_RATIO), "num_patches": MAX_PATCHES}
+    fields.update(config_integers(config, highs, path))
+    why = "the activations of timm's SigLIP"
+    fields["hidden_act"] = config_choice(
+        config, "hidden_act", tuple(ACTS), str(CONFIG_DEFAULTS["hidden_act"]), why, path
+    )
+    config_flags(config, ("vision_use_head",), path)
     return fields
 
 

@@ -34,6 +34,7 @@ class Checkpoint:
         self.path = path
         self.wrapper: str | None = None  # e.g. "state_dict_ema" when unwrapped from a train.py checkpoint
         self.side_config: dict[str, Any] = {}  # config.json beside the weights, when read from a directory
+        self.directory: Path | None = None  # the model directory the weights were read from, if one was given
         self.preprocess_config: dict[str, Any] = {}  # preprocessor_config.json (Hugging Face), when present
         self.train_args: dict[str, Any] = {}  # the ``args`` a timm train.py checkpoint stores (model, model_kwargs)
         self._raw: dict[str, str] = {}  # clean name -> name in the file

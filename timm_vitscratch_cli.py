@@ -211,6 +211,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
                 labels=args.labels,
                 replace_card=args.replace_card,
                 strict=args.strict,
+                license=args.license,
             )
     except PretrainedWeightsUnavailable:
         raise  # the tag's source failed, not REPO_ID: its own message names the repo or URL
@@ -260,6 +261,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         labels=args.labels,
         strict=args.strict,
         force=args.force,
+        license=args.license,
     )
     how = "detected from its keys" if result.detected else "as given by --from"
     wrapper = f", weights from {result.wrapper!r}" if result.wrapper else ""
@@ -290,7 +292,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {result.out} ({result.tensors} tensors, {result.target} layout) from {result.model_name}")
     if result.license_file is not None:
-        print(f"wrote {result.license_file}: the text of the weights' license, which goes with every copy of them")
+        what = "the text of the weights' license" if result.license_text else "the weights' license id (SPDX)"
+        print(f"wrote {result.license_file}: {what}, which goes with every copy of them")
     return 0
 
 
@@ -397,6 +400,13 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     p_push.add_argument(
         "--strict", action="store_true", help="refuse weights holding NaN or Inf (default: push them with a warning)"
     )
+    p_push.add_argument(
+        "--license",
+        default=None,
+        metavar="ID",
+        help="the weights' license (apache-2.0, mit, dinov3-license ...), for a directory whose license is "
+        "unknown (refused without it)",
+    )
     p_push.set_defaults(func=_cmd_push)
 
     p_pull = commands.add_parser("pull", help="download a model from the Hub, verify it and install it into OUT_DIR")
@@ -478,6 +488,13 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
         action="store_true",
         help="write into a non-empty OUT_DIR that is not a model directory (its config.json and "
         "model.safetensors are replaced, its other files kept)",
+    )
+    p_convert.add_argument(
+        "--license",
+        default=None,
+        metavar="ID",
+        help="the weights' license (apache-2.0, mit, dinov3-license ...), for a source that names none "
+        "(default: what the source's files say, else unknown)",
     )
     p_convert.set_defaults(func=_cmd_convert)
 

@@ -10,6 +10,16 @@ front matter says (the Hub has no id for it: ``license: other`` with ``license_n
 
 The license is chosen by the config's recorded id only, looked up in this table; the text always comes from
 the package, never from a file found beside the weights or on the Hub.
+
+A source's license is what its files say (:func:`source_statements`, read through
+:mod:`timm_vitscratch.gate.license_files`): a Hugging Face folder's ``README.md`` front matter and its
+``LICENSE`` / ``LICENSE.md`` file, the ``<file>.LICENSE.md`` an export writes beside a file, and the source
+format's own record (a timm ``config.json``, or the family's licence for a layout only one publisher
+releases). A license text is recognised when it equals one of the package's texts up to whitespace and line
+endings; an export of weights under a standard license writes a one-line ``SPDX-License-Identifier: ID``
+file instead. :func:`resolve_license` makes one id of them: agreeing statements give that id, none gives
+``unknown``, and statements that disagree, or name a license the package does not know, are refused unless
+``--license`` names it.
 """
 
 from __future__ import annotations
@@ -20,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .files import PathLike, atomic_write
+from .gate.files import ErrorType
+from .gate.license_files import read_card_licence, read_license_file
 
 #: the package folder holding the license texts (package data, shipped in the wheel)
 TEXTS = "license_texts"
@@ -71,13 +83,147 @@ def license_files(recorded: Any, prefix: str = "") -> dict[str, bytes]:
     return {prefix + found.file_name: found.read()} if found is not None else {}
 
 
-def write_license_files(directory: PathLike, recorded: Any, prefix: str = "") -> list[Path]:
+def write_license_files(directory: PathLike, recorded: Any, prefix: str = "", export: bool = False) -> list[Path]:
     """Write into ``directory`` (each file atomically: a staging name, then a rename) the license texts a
-    recorded license id requires; returns the paths written (none for a license whose text need not travel)."""
+    recorded license id requires; returns the paths written (none for a license whose text need not travel).
+    ``export``: what an export writes instead (:func:`export_license_files`)."""
     written = []
-    for name, text in license_files(recorded, prefix).items():
+    for name, text in (export_license_files if export else license_files)(recorded, prefix).items():
         path = Path(directory) / name
         with atomic_write(path, "wb") as handle:
             handle.write(text)
         written.append(path)
     return written
+
+
+#: what a model directory records when no source names its weights' license (the Hub's id for "not stated")
+UNKNOWN = "unknown"
+#: license ids the Hub knows (lowercase SPDX) that a weight's license may be recorded as: those of the weights
+#: the zoo offers (timm's and Google's apache-2.0, torchvision's bsd-3-clause, SWAG's cc-by-nc-4.0, EVA02's mit)
+#: and those people plausibly give their own weights; their text need not travel (the Hub links it)
+STANDARD = (
+    "apache-2.0",
+    "mit",
+    "bsd-2-clause",
+    "bsd-3-clause",
+    "cc0-1.0",
+    "cc-by-4.0",
+    "cc-by-sa-4.0",
+    "cc-by-nc-4.0",
+    "cc-by-nc-sa-4.0",
+    "cc-by-nc-nd-4.0",
+    "gpl-3.0",
+    "lgpl-3.0",
+    "agpl-3.0",
+    "mpl-2.0",
+    "unlicense",
+)
+#: the line an export writes beside weights under a standard license, before the id
+SPDX = "SPDX-License-Identifier:"
+#: the names a folder's license text goes by
+LICENSE_FILE_NAMES = ("LICENSE", "LICENSE.md", "LICENSE.txt")
+CARD_NAME = "README.md"
+
+
+def known_license(value: Any) -> str | None:
+    """``value`` as a license id the package knows (standard or travelling), or None."""
+    name = value.strip().lower() if isinstance(value, str) else None
+    return name if name in STANDARD or name in TRAVELLING else None
+
+
+def check_license_id(value: Any, where: str = "--license") -> str:
+    """``value`` as a known license id, or a ValueError naming the ids there are."""
+    found = known_license(value)
+    if found is None:
+        raise ValueError(
+            f"{where} {str(value)[:80]!r} is not a license id the package knows; expected one of "
+            f"{', '.join((*STANDARD, *TRAVELLING))}"
+        )
+    return found
+
+
+def _words(data: bytes) -> list[bytes]:
+    return data.split()  # whitespace and line endings are all a copy may change
+
+
+def recognise_license_text(data: bytes) -> str | None:
+    """The id of a license text: one of the package's texts (up to whitespace and line endings), or an
+    ``SPDX-License-Identifier: ID`` line of a known id; None for any other text."""
+    words = _words(data)
+    if len(words) == 2 and words[0] == SPDX.encode():
+        return known_license(words[1].decode("ascii", errors="replace"))
+    for license_id, travelling in TRAVELLING.items():
+        if words == _words(travelling.read()):
+            return license_id
+    return None
+
+
+def export_license_files(recorded: Any, prefix: str = "") -> dict[str, bytes]:
+    """What an export writes with the weights so that converting them back finds their license: the text of a
+    travelling license, an ``SPDX-License-Identifier`` line for a standard one, nothing for an unknown one."""
+    files_ = license_files(recorded, prefix)
+    standard = known_license(recorded)
+    if not files_ and standard is not None:
+        files_ = {prefix + "LICENSE.md": f"{SPDX} {standard}\n".encode()}
+    return files_
+
+
+@dataclass(frozen=True)
+class Statement:
+    """What one of a source's files says of its license."""
+
+    where: str  #: the file (or record) that says it
+    license: str | None  #: the id it names; None: a license the package does not know
+    said: str  #: what it says, as one short line
+
+
+def _card_statement(card: dict[str, str], where: str) -> Statement | None:
+    """What a model card's front-matter license keys say (None: they name none, or say ``unknown``)."""
+    said, name = card.get("license"), card.get("license_name", "")
+    if (said is None and not name) or (said or "").lower() == UNKNOWN:
+        return None
+    if (said or "").lower() == "other" or (not said and name):
+        found = TRAVELLING.get(name.strip().lower())
+        return Statement(where, found.id if found else None, f"license: other, license_name: {name or '(none)'}")
+    return Statement(where, known_license(said), f"license: {said or '(not a plain value)'}")
+
+
+def source_statements(directory: Path | None, weights: Path, error: ErrorType) -> list[Statement]:
+    """What the files of a source say of its license: a folder's ``README.md`` front matter and ``LICENSE`` /
+    ``LICENSE.md`` / ``LICENSE.txt``; for a single file, the ``<file>.LICENSE.md`` beside it."""
+    found: list[Statement] = []
+    if directory is not None:
+        card = directory / CARD_NAME
+        if card.exists() or card.is_symlink():
+            statement = _card_statement(read_card_licence(card, error, inside=directory), f"{CARD_NAME}'s front matter")
+            found += [statement] if statement is not None else []
+        texts = [directory / name for name in LICENSE_FILE_NAMES]
+    else:
+        texts = [weights.with_name(weights.name + ".LICENSE.md")]
+    for path in texts:
+        if path.exists() or path.is_symlink():
+            data = read_license_file(path, error, inside=path.parent)
+            recognised = recognise_license_text(data)
+            said = "its text" if recognised is None else f"the text of {recognised}"
+            found.append(Statement(path.name, recognised, said))
+    return found
+
+
+def resolve_license(statements: list[Statement], given: Any = None) -> str:
+    """One license id from what a source's files say (and ``--license``, ``given``): ValueError when they
+    disagree, or name a license the package does not know and ``given`` does not name it."""
+    named = {s.license for s in statements if s.license is not None}
+    listed = "; ".join(f"{s.where} says {s.said}" for s in statements)
+    if given is not None:
+        chosen = check_license_id(given)
+        if named and chosen not in named:
+            raise ValueError(f"--license {chosen} disagrees with the source ({listed})")
+        return chosen
+    unknown = [s for s in statements if s.license is None]
+    if len(named) > 1 or unknown:
+        what = "name different licenses" if len(named) > 1 else "name a license the package does not know"
+        raise ValueError(
+            f"the source's files {what} ({listed}); the license a model directory records is one id, its text "
+            f"the package's own: pass --license ID to state it (one of {', '.join((*STANDARD, *TRAVELLING))})"
+        )
+    return named.pop() if named else UNKNOWN

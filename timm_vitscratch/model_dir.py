@@ -32,7 +32,7 @@ from .gate.files import read_text, regular_file
 from .gate.json_data import read_json_object
 from .gate.safetensors_data import SafetensorsData, safetensors_entries
 from .layouts.page_release import release_mapped_range
-from .licenses import write_license_files
+from .licenses import UNKNOWN, check_license_id, write_license_files
 from .models.build import build_on_meta
 from .models.variants import check_config_file
 from .private_api import save_config_for_hf
@@ -91,6 +91,23 @@ def recorded_facts(config: dict[str, Any]) -> dict[str, Any]:
 def weights_license(config: dict[str, Any]) -> Any:
     """The license a model directory's config records for its weights (None: none recorded), as data."""
     return recorded_facts(config).get("license")
+
+
+def with_license(config: dict[str, Any], license_id: str | None = None) -> dict[str, Any]:
+    """``config`` with its weights' license recorded: ``license_id`` when given (a known id), else what its
+    ``pretrained_cfg`` records, else ``unknown``; never a default. A random init's config is left as it is
+    (its cfg's facts are not its weights')."""
+    cfg = config.get("pretrained_cfg")
+    if not isinstance(cfg, dict) or (license_id is None and recorded_facts(config) is not cfg):
+        return config
+    if license_id is not None:
+        try:
+            cfg["license"] = check_license_id(license_id, "license")
+        except ValueError as err:
+            raise ModelDirectoryError(str(err)) from None
+    elif cfg.get("license") is None:
+        cfg["license"] = UNKNOWN
+    return config
 
 
 def read_label_names(path: PathLike) -> list[str]:
@@ -170,9 +187,13 @@ def write_model_directory(
     source: dict[str, Any] | None = None,
     written: Callable[[TensorSpec], None] | None = None,
     label_names: list[str] | None = None,
+    license: str | None = None,
 ) -> str:
     """Write ``model.safetensors`` (tensor by tensor: ``produce(spec)`` for each of ``specs``), then
     ``config.json`` describing ``model`` (which may live on ``meta``) with the weights' sha256.
+
+    The config records the weights' license: ``license`` (a known id) when given, else the one ``model``'s
+    pretrained cfg records, else ``unknown`` (:func:`with_license`).
 
     Each file is written atomically; weights first, then the license text the config's license requires
     (:mod:`.licenses`), then the config, so a config never names weights, or a license, whose files are not
@@ -182,15 +203,25 @@ def write_model_directory(
 
     sha256 = write_safetensors(Path(directory) / WEIGHTS_NAME, specs, produce, written=written)
     config = model_config(model, weights_sha256=sha256, source=source, label_names=label_names)
+    config = with_license(config, license)
     write_license_files(directory, weights_license(config))
     write_config(directory, config)
     return sha256
 
 
 def save_model_directory(
-    model: nn.Module, directory: PathLike, source: dict[str, Any] | None = None, label_names: list[str] | None = None
+    model: nn.Module,
+    directory: PathLike,
+    source: dict[str, Any] | None = None,
+    label_names: list[str] | None = None,
+    license: str | None = None,
 ) -> Path:
     """Write a model held in memory (DDP / ``torch.compile`` wrappers unwrapped) as a model directory.
+
+    ``license`` (a license id: ``apache-2.0``, ``mit``, ``dinov3-license`` ...) is the weights' license, which
+    the config records; without it, the one ``model``'s pretrained cfg records, else ``unknown`` (which
+    ``vitscratch push`` refuses to publish without ``--license``). Weights trained from scratch are yours to
+    license: name it.
 
     ``timm.create_model("local-dir:DIR", pretrained=True)`` rebuilds it from the config and loads the
     weights; ``vitscratch push DIR ORG/NAME`` sends it to the Hub.
@@ -200,7 +231,9 @@ def save_model_directory(
     model = unwrap_model(model)  # a wrapper would prefix every key
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
     specs = [TensorSpec(name, tuple(tensor.shape), tensor.dtype) for name, tensor in state.items()]
-    write_model_directory(directory, model, specs, lambda spec: state[spec.name], source, label_names=label_names)
+    write_model_directory(
+        directory, model, specs, lambda spec: state[spec.name], source, label_names=label_names, license=license
+    )
     return directory
 
 

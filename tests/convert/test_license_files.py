@@ -160,8 +160,21 @@ def test_export_writes_the_license_text_beside_the_file(tmp_path, capsys, out_na
     )
 
 
-def test_export_of_weights_under_another_license_writes_the_file_alone(tmp_path):
-    directory = save_model_directory(tiny(), tmp_path / "model")
+def test_export_of_weights_under_a_standard_license_writes_its_spdx_id_beside(tmp_path, capsys):
+    directory = save_model_directory(tiny(), tmp_path / "model")  # the default tag's apache-2.0
+    (tmp_path / "export").mkdir()
+    assert cli_main(["export", str(directory), "--to", "timm", str(tmp_path / "export" / "vit.safetensors")]) == 0
+    beside = tmp_path / "export" / "vit.safetensors.LICENSE.md"
+    assert sorted(os.listdir(tmp_path / "export")) == ["vit.safetensors", beside.name]
+    assert beside.read_bytes() == b"SPDX-License-Identifier: apache-2.0\n"
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"wrote {beside}: the weights' license id (SPDX), which goes with every copy of them"
+    )
+
+
+def test_export_of_weights_whose_license_is_unknown_writes_the_file_alone(tmp_path):
+    directory = save_model_directory(tiny(pretrained_cfg_overlay=dict(license=None)), tmp_path / "model")
+    assert check_model_directory(directory)[0]["pretrained_cfg"]["license"] == "unknown"  # recorded, never absent
     (tmp_path / "export").mkdir()
     result = export(directory, "timm", tmp_path / "export" / "vit.safetensors")
     assert result.license_file is None and os.listdir(tmp_path / "export") == ["vit.safetensors"]

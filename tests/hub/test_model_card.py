@@ -29,8 +29,9 @@ def test_converted_weights_whose_source_records_no_license_claim_none(tmp_path):
     config = read_config(tmp_path / "out")
     model = timm.create_model(f"local-dir:{tmp_path / 'out'}", pretrained=True)
     card, metadata = _card(config, model)
+    assert config["pretrained_cfg"]["license"] == "unknown"  # recorded as unknown, never left out
     assert "license: unknown" in metadata and "apache" not in card.lower()
-    assert "**License:** not recorded by the weights' source" in card
+    assert "**License:** unknown: the weights' source names none" in card
     for fact in ("Paper", "Origin", "Published ImageNet-1k top-1"):
         assert f"**{fact}:**" not in card
 

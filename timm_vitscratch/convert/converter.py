@@ -223,6 +223,7 @@ def convert(
     labels: PathLike | list[str] | tuple[str, ...] | None = None,
     force: bool = False,
     strict: bool = False,
+    license: str | None = None,
 ) -> ConversionResult:
     """Convert a timm / torchvision / transformers / JAX ViT checkpoint into a scratch model directory.
 
@@ -247,6 +248,10 @@ def convert(
             MLP activation, LayerNorm eps) would be assumed: neither the source nor ``num_heads`` gives it.
             Without it the assumption is reported in ``ConversionResult.assumed``, and ``--verify``, whose
             reference shares it, says it verified only under it.
+        license: the weights' license id (``apache-2.0``, ``dinov3-license`` ...), for a source that names none;
+            one it names must agree. The directory records what the source's files say (a folder's
+            ``README.md`` front matter and ``LICENSE`` file, a file's ``<file>.LICENSE.md``, a timm config, the
+            family's license for Meta's and BAAI's own layouts), else ``license``, else ``unknown``.
 
     The new directory is staged beside ``out_dir`` and swapped in whole in one atomic step; files of
     the old ``out_dir`` other than these two are kept. ``out_dir`` may be neither ``src`` nor hold it.
@@ -267,7 +272,14 @@ def convert(
         try:
             fmt, detected = detect_format(checkpoint, source)
             plan = plan_conversion(
-                checkpoint, fmt, model, img_size, out_dtype, num_heads, list(labels) if labels is not None else None
+                checkpoint,
+                fmt,
+                model,
+                img_size,
+                out_dtype,
+                num_heads,
+                list(labels) if labels is not None else None,
+                license,
             )
         except ConversionError as err:
             raise _with_path(err, checkpoint.path) from None

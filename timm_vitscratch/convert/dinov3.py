@@ -26,8 +26,29 @@ FAMILY = {
 #: DINOv3's input size and LayerNorm eps (the variants'); a rotary model has no table that tells the size
 IMG_SIZE: int = ARCHITECTURES["scratch_dinov3_s16"]["img_size"]
 NORM_EPS: float = ARCHITECTURES["scratch_dinov3_s16"]["norm_eps"]
+#: the license of the DINOv3 weights in the layouts only Meta's DINOv3 releases use (Meta's own files, and
+#: transformers' DINOv3ViTModel, the layout of facebook/dinov3-* on the Hub): the family's, as timm's tags record it
+LICENSE = "dinov3-license"
 #: our-layout keys only Eva's names have: DINOv3 from timm, or mapped from Meta / transformers
 EVA_KEYS = ("blocks.0.gamma_1", "blocks.0.attn.q_bias", "blocks.0.mlp.fc1_g.weight")
+
+
+#: the number of dimensions the Eva families' options are read from (a tensor of another rank is refused first)
+RANKS = {
+    "patch_embed.proj.weight": 4,
+    "pos_embed": 3,
+    "cls_token": 3,
+    "reg_token": 3,
+    "attn_pool.latent": 3,
+    "attn_pool.mlp.fc1.weight": 2,
+}
+
+
+def check_ranks(shapes: dict[str, tuple[int, ...]]) -> None:
+    """Refuse a tensor the options are read from whose number of dimensions is not its layer's."""
+    for key, dims in RANKS.items():
+        if key in shapes and len(shapes[key]) != dims:
+            raise ConversionError(f"{key} has shape {tuple(shapes[key])} in our layout; expected {dims} dimensions")
 
 
 def has_eva_names(shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -42,6 +63,7 @@ def dinov3_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
             "these are timm Eva weights with a position table (pos_embed): EVA02 / PE, not DINOv3; the scratch "
             "models hold DINOv3's Eva (rotary position only)"
         )
+    check_ranks(shapes)
     options: dict[str, Any] = dict(FAMILY)
     if "reg_token" in shapes:
         options["reg_tokens"] = shapes["reg_token"][1]

@@ -17,7 +17,7 @@ from ..errors import ConversionError, ModelDirectoryError, listed
 from ..files import PathLike
 from ..layouts.keymap import available
 from ..layouts.reader import open_checkpoint
-from ..licenses import license_files, write_license_files
+from ..licenses import export_license_files, license_files, write_license_files
 from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory, weights_license
 from ..models.architecture import Arch, describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
@@ -33,9 +33,11 @@ class ExportResult:
     model_name: str
     tensors: int
     notes: list[str]
-    #: the license text written with the weights, for weights whose license requires it: beside a file ``out``
-    #: (``<out name>.LICENSE.md``), inside a directory ``out``
+    #: the license file written with the weights (its text, or an SPDX line for a standard license): beside a
+    #: file ``out`` (``<out name>.LICENSE.md``), inside a directory ``out`` (``LICENSE.md``)
     license_file: Path | None = None
+    #: whether ``license_file`` holds the license's text (a license whose text travels), not its SPDX id
+    license_text: bool = False
 
 
 def _load_model_dir(model_dir: Path) -> tuple[dict[str, Any], torch.nn.Module, Path]:
@@ -98,7 +100,9 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
     written under a staging name and renamed into place; it may not be the directory's own files. A directory
     ``out`` must be new or empty; it is staged beside and swapped in whole. Weights whose license requires its
     text to travel with them (the DINOv3 License) get it: inside a directory ``out``, and beside a file ``out``
-    as ``<out name>.LICENSE.md``, written before ``out`` (and removed again if ``out`` cannot be written).
+    as ``<out name>.LICENSE.md``, written before ``out`` (and removed again if ``out`` cannot be written). Weights
+    under a standard license get the same file holding one ``SPDX-License-Identifier: ID`` line, so that
+    converting the export back records the same license; weights whose license is unknown get none.
     """
     model_dir, out = Path(model_dir), Path(out)
     if to not in EXPORT_TARGETS:
@@ -146,14 +150,14 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
         prefix = "" if fmt.export_directory else f"{out.name}."
         where = out if fmt.export_directory else out.parent
         # the license texts this export adds beside a file ``out``: removed again if ``out`` cannot be written
-        added = [] if fmt.export_directory else [where / n for n in license_files(recorded, prefix)]
+        added = [] if fmt.export_directory else [where / n for n in export_license_files(recorded, prefix)]
         added = [path for path in added if not os.path.lexists(path)]
         try:
             if fmt.export_directory:
                 _write_directory(out, target_config, specs, produce, recorded)
-                written = [where / n for n in license_files(recorded)]
+                written = [where / n for n in export_license_files(recorded)]
             else:
-                written = write_license_files(where, recorded, prefix)
+                written = write_license_files(where, recorded, prefix, export=True)
                 if suffix == ".safetensors":
                     write_safetensors(out, specs, produce)
                 elif suffix == ".npz":
@@ -169,7 +173,8 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
             if cause is None:
                 raise
             raise ConversionError(f"cannot write the export: {cause.strerror or cause}", out) from None
-    return ExportResult(out, to, name, len(specs), notes, written[0] if written else None)
+    text = bool(license_files(recorded))
+    return ExportResult(out, to, name, len(specs), notes, written[0] if written else None, text)
 
 
 def _classic_checks(model: torch.nn.Module, arch: Arch, args: dict[str, Any], to: str, library: str) -> list[str]:
@@ -205,6 +210,6 @@ def _write_directory(
     started = starting_point(out)
     with staged(out, directory=True) as stage:
         config.save_pretrained(stage)
-        write_license_files(stage, recorded)
+        write_license_files(stage, recorded, export=True)
         write_safetensors(stage / WEIGHTS_NAME, specs, produce, metadata={"format": "pt"})
         install(stage, out, started, only_into_empty=True)

@@ -18,11 +18,8 @@ from typing import Any
 
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.meta_dinov3 import MetaDinov3Layout, apply_bias_masks
-from .dinov3 import dinov3_options, timm_eva
+from .dinov3 import LICENSE, dinov3_options, timm_eva
 from .source_format import Reference, ReferenceSpec, SourceFormat, round_parameters, timm_reference
-
-#: the license id Meta's DINOv3 releases are recorded under (timm's DINOv3 tags record the same)
-LICENSE = "dinov3-license"
 
 
 class MetaDinov3Format(MetaDinov3Layout, SourceFormat):

@@ -20,6 +20,7 @@ from ..choices import DTYPE_NAMES
 from ..errors import ConversionError, ModelArgsError, ModelDirectoryError, listed
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap, Rule, available
+from ..licenses import UNKNOWN, Statement, known_license, resolve_license, source_statements
 from ..model_dir import config_model_args, model_config
 from ..models.architecture import Arch
 from ..models.build import build_on_meta
@@ -153,6 +154,21 @@ def checked_hints(hints: dict[str, Any]) -> dict[str, Any]:
 TAG_PROVENANCE = ("tag", "description", "origin_url", "paper_ids", "paper_name", "notes", "license")
 
 
+def source_license(checkpoint: Checkpoint, fmt: SourceFormat, recorded: Any, given: str | None = None) -> str:
+    """The license the converted directory records: what the source's files say (:mod:`timm_vitscratch.licenses`)
+    and the format's own record ``recorded`` (a timm config's, or the family's for a layout only its publisher
+    releases) must agree; ``given`` (``--license``) names it where they name none; ``unknown`` where nothing does."""
+    statements = source_statements(checkpoint.directory, checkpoint.path, ConversionError)
+    if recorded is not None and str(recorded).strip().lower() != UNKNOWN:
+        cfg = checkpoint.side_config.get("pretrained_cfg")
+        where = "config.json" if isinstance(cfg, dict) and "license" in cfg else f"the {fmt.name} layout (its family's)"
+        statements.append(Statement(where, known_license(recorded), f"license: {str(recorded)[:80]}"))
+    try:
+        return resolve_license(statements, given)
+    except ValueError as err:
+        raise ConversionError(f"{err}; nothing was written", checkpoint.path) from None
+
+
 def check_readable(meta_model: nn.Module, targets: list[Target], labels: list[str] | None) -> None:
     """The config.json and tensor shapes the plan would write pass the check a model directory gets when it
     is read (:func:`timm_vitscratch.model_dir.config_model_args`): what convert writes, the package reads."""
@@ -172,6 +188,7 @@ def plan_conversion(
     dtype: torch.dtype | None = None,
     num_heads: int | None = None,
     label_names: list[str] | None = None,
+    license: str | None = None,
 ) -> ConversionPlan:
     keys = set(checkpoint.keys())
     arch, rules, ignored = read_arch(checkpoint, fmt, model)
@@ -195,6 +212,7 @@ def plan_conversion(
     # the variant's cfg is its default tag's: converted weights are not that tag, so none of its provenance
     # is kept; what the source itself records (a timm config.json's origin, license ...) comes back below
     overlay = {**dict.fromkeys(TAG_PROVENANCE), **fmt.preprocessing(checkpoint)}
+    overlay["license"] = source_license(checkpoint, fmt, overlay["license"], license)
     labels = label_names if label_names is not None else fmt.label_names(checkpoint)
     if labels is not None and len(labels) != arch.num_classes:
         raise ConversionError(

@@ -22,7 +22,7 @@ from ..layouts.transformers_siglip import is_siglip, siglip2_export_map
 from ..models.architecture import Arch
 from ..models.layers import to_2tuple
 from ..models.model_args import check_option
-from .dinov3 import dinov3_options, has_eva_names
+from .dinov3 import LICENSE, dinov3_options, has_eva_names
 from .source_format import Reference, ReferenceSpec, SourceFormat, classifier_input, round_parameters
 from .timm_format import FORMAT as TIMM
 from .transformers_dinov2 import (
@@ -128,6 +128,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             cfg.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
         if processor and not processor.get("do_center_crop", False):
             cfg["crop_pct"] = 1.0  # the processor resizes straight to the input size
+        if is_dinov3(set(checkpoint.keys())):  # the layout of Meta's DINOv3 releases: the family's license
+            cfg["license"] = LICENSE
         return cfg
 
     def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:

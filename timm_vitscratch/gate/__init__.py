@@ -23,7 +23,9 @@ caller's error type with a message that says what was wrong and what was expecte
 - :mod:`.zip_archive`: zip archives, their directory and expansion bounded before ``zipfile`` reads them;
 - :mod:`.torch_pickle`: a ``torch.save`` pickle read as tensor records, nothing run;
 - :mod:`.torch_save`: ``torch.save`` files, loaded by ``torch.load`` only once their records are in bounds;
-- :mod:`.npz_data`: numpy ``.npz`` archives of plain numeric arrays.
+- :mod:`.npz_data`: numpy ``.npz`` archives of plain numeric arrays;
+- :mod:`.license_files`: what a source's files say of its licence (a model card's front matter, read line by
+  line with no YAML parser; a licence file's bytes), bounded.
 
 ``tests/packaging/test_gate.py`` holds the rest of the package to it: no other module calls a parser of
 outside bytes (``json.load``, ``torch.load``, ``safe_open``, ``np.load``, ``PIL.Image.open`` ...).

@@ -53,7 +53,7 @@ from ..files import PathLike, atomic_write, sha256_file
 from ..gate.files import MAX_TEXT_BYTES
 from ..gate.hub_answers import COMMIT_ID, HubFile, commit_id
 from ..gate.hub_config import read_hub_config
-from ..licenses import license_files, write_license_files
+from ..licenses import UNKNOWN, check_license_id, known_license, license_files, write_license_files
 from ..model_dir import (
     CONFIG_NAME,
     METADATA_KEY,
@@ -62,9 +62,11 @@ from ..model_dir import (
     check_model_directory,
     read_config,
     read_label_names,
+    recorded_facts,
     save_model_directory,
     weights_license,
     with_label_names,
+    with_license,
     write_config,
 )
 from ..models.build import build_on_meta
@@ -108,6 +110,7 @@ def push(
     labels: PathLike | Sequence[str] | None = None,
     replace_card: bool = False,
     strict: bool = False,
+    license: str | None = None,
 ) -> Any:
     """Push a model directory, or a registered model name (``scratch_vit_b16[.tag]``), to ``repo_id``.
 
@@ -128,6 +131,9 @@ def push(
     the repo is created. ``labels`` (a list, a file with one name per line, or an image folder's class
     directories) become the pushed ``config.json``'s ``label_names``, one per class; the source directory is
     left as it is. Weights holding NaN or Inf are pushed with a warning, or refused with ``strict=True``.
+    Weights whose license is unknown (``config.json`` records ``unknown``, or none) are refused before any
+    request unless ``license`` (a license id) names it; the pushed config and card then record that id. A
+    ``license`` that differs from the one the directory records is refused (a random init has none to keep).
     Returns ``huggingface_hub``'s ``CommitInfo`` (``.oid`` is the commit id). When the branch already holds
     these bytes, nothing is committed: the return is a :class:`NothingToPush` (a ``CommitInfo``) whose ``.oid``
     is the branch's commit.
@@ -142,6 +148,10 @@ def push(
     with tempfile.TemporaryDirectory(prefix="vitscratch-push-") as tmp:
         staging = Path(tmp)  # created 0700: the copies in it are this process's own
         config, model, card = _stage(source, staging, labels, strict)
+        licensed = _licensed(config, license, str(source))
+        if licensed is not None:
+            config = licensed
+            write_config(staging, config)
         api = hub_api(token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, DEFAULT_REVISION):
@@ -316,6 +326,35 @@ def _stage(
     )
     config, model = check_model_directory(staging, label=str(source))
     return config, model, None
+
+
+def _licensed(config: dict[str, Any], given: str | None, label: str) -> dict[str, Any] | None:
+    """The config to push when ``given`` (``--license``) records the weights' license; None: push ``config`` as
+    it is. Weights whose license is unknown are refused unless ``given`` names it, and ``given`` may not
+    contradict a license the config records."""
+    cfg = config.get("pretrained_cfg")
+    if not isinstance(cfg, dict) or recorded_facts(config) is not cfg:  # a random init: its cfg is not its own
+        return None
+    recorded = cfg.get("license")
+    if given is None:
+        if recorded is None or (isinstance(recorded, str) and recorded.strip().lower() == UNKNOWN):
+            raise ModelDirectoryError(
+                f"{label}: the weights' license is unknown (config.json records {recorded or 'none'}); a push "
+                "publishes weights under a license: pass --license ID naming the one they are under (nothing "
+                "was sent)"
+            )
+        return None
+    try:
+        chosen = check_license_id(given)
+    except ValueError as err:
+        raise ModelDirectoryError(str(err)) from None
+    known = known_license(recorded)
+    if known is not None and known != chosen:
+        raise ModelDirectoryError(
+            f"{label}: config.json records the license {known}; --license {chosen} disagrees (--license names "
+            "the license of weights whose license is unknown; nothing was sent)"
+        )
+    return with_license(config, chosen)
 
 
 _KINDS = (

@@ -26,7 +26,7 @@ from huggingface_hub.utils import validate_repo_id
 from torch import nn
 
 from ..inspect.counts import leaf_module_param_count, true_param_count
-from ..licenses import TRAVELLING, travelling_license
+from ..licenses import STANDARD, TRAVELLING, UNKNOWN, travelling_license
 from ..model_dir import METADATA_KEY, recorded_facts
 from ..models.architecture import describe_model
 from ..private_api import generate_readme
@@ -35,31 +35,13 @@ TAGS = ["image-classification", "timm", "timm_vitscratch", "vision-transformer"]
 TASK = "image-classification"
 LIBRARY = "timm"
 #: the Hub's license identifier for "not stated" (timm's card writer would otherwise claim apache-2.0)
-UNKNOWN_LICENSE = "unknown"
+UNKNOWN_LICENSE = UNKNOWN
 #: license ids a card may state, as the Hub writes them (lowercase SPDX ids): those of the weights the zoo
 #: offers (timm's and Google's apache-2.0, torchvision's bsd-3-clause, SWAG's cc-by-nc-4.0) and those
 #: people plausibly give their own weights; then the ids of licenses whose text travels with the weights
 #: (the DINOv3 License, FAIR's noncommercial one), which the Hub knows by no id: their card says ``other``,
 #: with name and file
-LICENSES = (
-    "apache-2.0",
-    "mit",
-    "bsd-2-clause",
-    "bsd-3-clause",
-    "cc0-1.0",
-    "cc-by-4.0",
-    "cc-by-sa-4.0",
-    "cc-by-nc-4.0",
-    "cc-by-nc-sa-4.0",
-    "cc-by-nc-nd-4.0",
-    "gpl-3.0",
-    "lgpl-3.0",
-    "agpl-3.0",
-    "mpl-2.0",
-    "unlicense",
-    *TRAVELLING,
-    UNKNOWN_LICENSE,
-)
+LICENSES = (*STANDARD, *TRAVELLING, UNKNOWN_LICENSE)
 #: the most characters of one value a card shows (a longer one is cut, and says so)
 MAX_CARD_TEXT = 1000
 #: Markdown and HTML that a value's characters could start, each written as itself
@@ -196,6 +178,8 @@ def model_card(config: dict[str, Any], model: nn.Module, repo_id: str) -> str:
             f"{travelling.name} ({travelling.id}); its text is in {travelling.file_name}, which must go with "
             "every copy of these weights"
         )
+    elif isinstance(recorded, str) and recorded.strip().lower() == UNKNOWN_LICENSE:
+        license_line = "unknown: the weights' source names none"
     elif license_id == UNKNOWN_LICENSE:
         license_line = f"recorded as {card_text(recorded)} (not a license id the Hub knows)"
     else:

@@ -19,17 +19,27 @@ from tests.support.timm_pairs import FAMILIES, SIZE, input_size, set_fused_attn,
 TOL = 1e-5
 
 
-def hooked_pass(model, names, x, weights):
+def _tokens(out):
+    """A module's output tensor: the tokens of timm NaFlexVit's ``embeds``, which returns (tokens, grid)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def hooked_pass(model, names, x, weights, forward_only=()):
     """Run forward and backward with hooks on ``names``; return per-module outputs and output gradients
-    (one entry per call, in call order) and the gradient of every parameter and of the input."""
+    (one entry per call, in call order) and the gradient of every parameter and of the input. ``forward_only``:
+    names that get the forward hook alone (timm adds in place to what they return, which a backward hook forbids)."""
     outputs, grads = defaultdict(list), defaultdict(list)
     modules = dict(model.named_modules())
     handles = []
     for name in names:
         module = modules[name]
         handles.append(
-            module.register_forward_hook(lambda _m, _i, out, name=name: outputs[name].append(out.detach().clone()))
+            module.register_forward_hook(
+                lambda _m, _i, out, name=name: outputs[name].append(_tokens(out).detach().clone())
+            )
         )
+        if name in forward_only:
+            continue
         handles.append(
             module.register_full_backward_hook(
                 lambda _m, _gin, gout, name=name: grads[name].append(gout[0].detach().clone())

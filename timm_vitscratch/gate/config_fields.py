@@ -43,8 +43,10 @@ DATA_FIELDS = frozenset(PREPROCESSING + LABELS + PROVENANCE + MODEL)
 LOADING_FIELDS = frozenset(
     ("url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source", "state_dict_key", "checkpoint_path")
 )
-#: what the model-describing fields may say of our models (timm's names of their stem and heads)
+#: what the model-describing fields may say of our models (timm's names of their stem and heads): the classic
+#: ViT's stem, or timm NaFlexVit's (``embeds.proj``, the SigLIP 2 NaFlex rows)
 FIRST_CONV = "patch_embed.proj"
+FIRST_CONVS = (FIRST_CONV, "embeds.proj")
 CLASSIFIERS = ("head", "head_dist")
 _TEXT = ("license", "description", "origin_url", "paper_name", "tag", "architecture", "interpolation", "crop_mode")
 _TEXTS = ("paper_ids", "notes")
@@ -85,8 +87,8 @@ def _expected(name: str, value: Any) -> str:
         isinstance(value, str) or (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value))
     ):
         return "a string or a list of strings"
-    if name == "first_conv" and value != FIRST_CONV:
-        return f"{FIRST_CONV!r} (the stem of every timm_vitscratch model)"
+    if name == "first_conv" and value not in FIRST_CONVS:
+        return f"{FIRST_CONV!r} or {FIRST_CONVS[1]!r} (the stems of timm_vitscratch models)"
     if name == "classifier":
         heads = [value] if isinstance(value, str) else value
         if not isinstance(heads, list | tuple) or not heads or not all(h in CLASSIFIERS for h in heads):

@@ -102,7 +102,7 @@ def describe_model(model: nn.Module) -> Arch:
         embed_dim=embed[0],
         depth=len(model.blocks),
         num_heads=first.attn.num_heads,
-        in_chans=embed[1],
+        in_chans=model.in_chans,
         grid=(grid[0], grid[1]),
         num_classes=model.num_classes,
         representation_size=fc.out_features if isinstance(fc, nn.Linear) else None,

@@ -3,7 +3,8 @@
 :func:`checkpoint_filter_fn` is the named path: ``model.load_state_dict(checkpoint_filter_fn(state_dict, model))``
 loads a timm, torchvision, Hugging Face transformers or JAX state dict (every format ``vitscratch convert`` reads,
 remapped with the key maps of :mod:`timm_vitscratch.layouts`, the ones ``convert`` uses), and timm's ``NaFlexVit``
-(:func:`from_naflexvit`: its embedding module's tensors in the classic names). timm's ``load_pretrained``
+(:func:`from_naflexvit`: its embedding module's tensors in the classic names; a model built with ``naflex_embeds``
+holds timm NaFlexVit's tree, and gets every format in that layout, :func:`to_naflexvit`). timm's ``load_pretrained``
 calls it too (``pretrained=True``, a ``pretrained_cfg_overlay`` file or state dict, train.py's ``--pretrained-path``,
 ``local-dir:``, ``hf-hub:``); :func:`load_pretrained` reads a JAX ``.npz`` with it.
 
@@ -100,7 +101,7 @@ def from_naflexvit(state_dict: Mapping[str, Any], model: Any) -> dict[str, Any]:
     is another. Keys it has no rename for (an embedding norm) are left for the loader to refuse by name.
     """
     out = {NAFLEXVIT_NAMES.get(k, k): v for k, v in state_dict.items()}
-    chans, ph, pw = model.patch_embed.proj.weight.shape[1:]
+    chans, (ph, pw) = model.in_chans, model.patch_embed.patch_size
     linear = out["patch_embed.proj.weight"]
     if linear.dim() != 2 or linear.shape[1] != chans * ph * pw:
         raise ConversionError(
@@ -112,7 +113,8 @@ def from_naflexvit(state_dict: Mapping[str, Any], model: Any) -> dict[str, Any]:
     else:
         out["patch_embed.proj.weight"] = linear.reshape(-1, chans, ph, pw)
     table = out.get("pos_embed")
-    if isinstance(table, torch.Tensor) and table.dim() == 4 and "pos_embed" in model.state_dict():
+    own = model.state_dict()
+    if isinstance(table, torch.Tensor) and table.dim() == 4 and ("pos_embed" in own or "embeds.pos_embed" in own):
         height, width = table.shape[1:3]
         prefix = table.new_zeros(1, model.pos_prefix_tokens, table.shape[-1])
         table = torch.cat([prefix, table.reshape(1, height * width, -1)], dim=1)
@@ -122,16 +124,43 @@ def from_naflexvit(state_dict: Mapping[str, Any], model: Any) -> dict[str, Any]:
     return out
 
 
+def to_naflexvit(state_dict: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """A state dict in the classic ViT's names and shapes (what the key maps give) -> timm ``NaFlexVit``'s, for
+    ``model`` built with ``naflex_embeds``: the (D, C, ph, pw) kernel as the Linear over flat patches in the model's
+    order (``patchify_channels_last``), the (1, H * W, D) table as (1, H, W, D) on the model's grid."""
+    names = {classic: theirs for theirs, classic in NAFLEXVIT_NAMES.items()}
+    out = {names.get(k, k): v for k, v in state_dict.items()}
+    kernel = out.get("embeds.proj.weight")
+    if isinstance(kernel, torch.Tensor) and kernel.dim() == 4:
+        if model.patchify_channels_last:
+            kernel = kernel.permute(0, 2, 3, 1)
+        out["embeds.proj.weight"] = kernel.reshape(kernel.shape[0], -1).contiguous()
+    table = out.get("embeds.pos_embed")
+    if isinstance(table, torch.Tensor) and table.dim() == 3:
+        rows, cols = model.patch_embed.grid_size
+        out["embeds.pos_embed"] = table[:, table.shape[1] - rows * cols :].reshape(1, rows, cols, -1)
+    return out
+
+
 def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, torch.Tensor]:
     """``state_dict`` in any format ``convert`` reads -> ``model``'s names and shapes, every body tensor present.
 
     timm's filter convention (``pretrained_filter_fn``), and what code holding a foreign state dict calls:
     ``model.load_state_dict(checkpoint_filter_fn(torch.load(path, weights_only=True), model))``. A position table
     of another grid is resampled, a patch kernel of another size too; a classifier of another size is new.
+    A model with timm NaFlexVit's tree (``naflex_embeds``) is filtered in the classic names, then given its own.
     """
     if NAFLEXVIT_MARKER in state_dict:
         state_dict = from_naflexvit(state_dict, model)
-    own = {k: v for k, v in model.state_dict().items()}
+    if getattr(model, "embeds", None) is not None:
+        return to_naflexvit(_filter(state_dict, model, from_naflexvit(model.state_dict(), model)), model)
+    return _filter(state_dict, model, model.state_dict())
+
+
+def _filter(
+    state_dict: Mapping[str, Any], model: nn.Module, own: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """:func:`checkpoint_filter_fn` on the classic ViT's names: ``own``, the model's tensors in those names."""
     checkpoint = StateDictCheckpoint(state_dict)
     keys = set(checkpoint.keys())
     fmt = _detect(checkpoint, set(own))
@@ -260,7 +289,7 @@ def remap_on_load(
     if set(mine) <= own or not mine:
         return
     layout = "timm NaFlexVit" if NAFLEXVIT_MARKER in mine else _detect(StateDictCheckpoint(mine), own).name
-    if layout == "timm":
+    if layout == "timm" and getattr(module, "embeds", None) is None:
         return  # our own names (with extras or gaps): torch reports them as ``strict`` asks
     remapped = checkpoint_filter_fn(mine, module)
     _logger.info("load_state_dict: a %s state dict, remapped to the model's names by checkpoint_filter_fn", layout)

@@ -238,8 +238,8 @@ SIGLIP_TIMM_NAMES: dict[str, str] = {name: timm_name for name, (timm_name, _) in
 
 #: SigLIP 2 NaFlex as timm builds it (its ``NaFlexVit``): SigLIP's tower at any size and aspect ratio, its 16x16
 #: position table (img_size 256 at patch 16) resampled to each image's grid bilinearly (antialiased), as timm's
-#: ``pos_embed_interp_mode='bilinear'``; tanh-approximated GELU; NaFlexVit's init. timm's cfg sets 384 px as the
-#: default input.
+#: ``pos_embed_interp_mode='bilinear'``; tanh-approximated GELU; NaFlexVit's init and its module tree (its ``embeds``
+#: module: a Linear patch projection, the table inside). timm's cfg sets 384 px as the default input.
 _SIGLIP2_NAFLEX = dict(
     _SIGLIP,
     patch_size=16,
@@ -248,6 +248,7 @@ _SIGLIP2_NAFLEX = dict(
     pos_embed_interp_mode="bilinear",
     act_layer="gelu_tanh",
     naflex_init=True,
+    naflex_embeds=True,
 )
 #: our SigLIP 2 NaFlex variant -> (timm's ``NaFlexVit`` model of the same architecture, its size)
 SIGLIP2_NAFLEX_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -464,7 +465,9 @@ def _pretrained_cfg(name: str) -> dict[str, Any]:
     if name in EVA02_VARIANTS or name in PE_VARIANTS:  # timm's own cfg of the model: classifier, input, mean/std
         return _timm_model_cfg(TIMM_NAMES[name])
     if name in SIGLIP2_NAFLEX_VARIANTS:  # any input size; timm's cfg: 384 px, no crop
-        return _vit_cfg(num_classes=0, input_size=(3, 384, 384), crop_pct=1.0, fixed_input_size=False)
+        return _vit_cfg(
+            num_classes=0, input_size=(3, 384, 384), crop_pct=1.0, fixed_input_size=False, first_conv="embeds.proj"
+        )
     if name.startswith("scratch_deit_"):
         return _deit_cfg()
     if name.endswith("_in21k"):

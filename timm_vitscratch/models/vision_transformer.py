@@ -31,6 +31,7 @@ from .layers import (
     to_2tuple,
 )
 from .naflex_batch import NaFlexBatch, NaFlexSpec
+from .naflex_embeds import NaFlexEmbeds
 from .packing import PackedSegments, segments_of
 from .patch_embed import PatchEmbed
 from .position import position_encoding
@@ -39,6 +40,9 @@ from .weight_init import InitFn, apply_init, check_weight_init, init_eva, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
+#: what a model built with ``naflex_embeds`` holds in its ``embeds`` module (timm NaFlexVit's names) rather than
+#: itself: the model answers these names with the embedding's (``patch_embed`` is the embedding module itself)
+EMBEDS_NAMES = ("patch_embed", "pos_embed", "cls_token", "reg_token", "pos_drop")
 
 if TYPE_CHECKING:
     #: what forward, forward_features and forward_head return, by what they are given: a tensor for
@@ -122,6 +126,7 @@ class VisionTransformer(nn.Module):
         naflex_packed: bool = True,
         pos_embed_interp_mode: str = "bicubic",
         naflex_init: bool = False,
+        naflex_embeds: bool = False,
         eva_names: bool = False,
         swiglu_mlp: bool = False,
         swiglu_align_to: int = 0,
@@ -190,6 +195,12 @@ class VisionTransformer(nn.Module):
                 N(0, 1e-6) and the learned position table N(0, .02), drawn when built, right after the patch
                 projection (again by ``init_weights``, not by the constructor's pass); the patch projection by the
                 scheme's Linear rule over NaFlexVit's (row, column, channel) input order, as the Linear it is there.
+            naflex_embeds: Built as timm's ``NaFlexVit``: its ``embeds`` module (models/naflex_embeds.py) holds the
+                tokens, the patch projection as the Linear on flattened patches it is there, its ``norm``, the (1, H, W,
+                D) position table of the patch tokens only (no position for the prefix tokens) and ``pos_drop``, where
+                the classic ViT has ``patch_embed``, ``pos_embed``, ``cls_token``, ``reg_token`` and ``pos_drop`` (the
+                model answers those names with the embedding's); no ``patch_drop`` / ``pre_logits`` modules when they
+                would do nothing. timm's NaFlexVit state dicts load strict, and ours load strict into it.
             eva_names: Built as timm's ``Eva`` (DINOv3, PE, EVA02): its names for the same layers (LayerScale as
                 the blocks' ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias``, no key bias; no
                 ``patch_drop`` / ``pre_logits`` modules when they would do nothing), and with ``weight_init=''``
@@ -231,6 +242,7 @@ class VisionTransformer(nn.Module):
             qkv_fused=qkv_fused,
             attn_type=attn_type,
             naflex_init=naflex_init,
+            naflex_embeds=naflex_embeds,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
         norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
@@ -245,7 +257,8 @@ class VisionTransformer(nn.Module):
         self.has_class_token = class_token
         self.num_reg_tokens = reg_tokens
         self.num_prefix_tokens = int(class_token) + int(distilled) + reg_tokens
-        self.no_embed_class = no_embed_class
+        # NaFlexVit's embedding adds no position to the prefix tokens
+        self.no_embed_class = no_embed_class or naflex_embeds
         self.pool_include_prefix = pool_include_prefix
         self.dynamic_img_size = dynamic_img_size
         self.pooled_forward = pooled_forward
@@ -257,39 +270,64 @@ class VisionTransformer(nn.Module):
         self.grad_checkpointing = False
         self.eva_names = eva_names  # Eva's init, and group_matcher's groups as timm's Eva makes them
         self.naflex_init = naflex_init  # NaFlexVit's init
+        self.naflex_embeds = naflex_embeds  # NaFlexVit's embedding module
         # where a model built on ``meta`` puts its tensors once loaded (timm's device= argument)
         self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
-        # CLIP-style pre-norm models have no patch bias (timm's convention)
-        # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
-        self.patch_embed = PatchEmbed(
-            img_size=img_size,
-            patch_size=patch_size,
-            in_chans=in_chans,
-            embed_dim=embed_dim,
-            bias=not pre_norm,
-            strict_img_size=not dynamic_img_size,
-            dynamic_img_pad=dynamic_img_pad,
-            output_fmt="NHWC" if dynamic_img_size else None,
-            **dd,
-        )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
-        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if distilled else None
-        self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim, **dd)) if reg_tokens else None
-        self.sincos_pos_embed = pos_embed == "sincos"
-        if pos_embed == "learn":
-            self.pos_embed: torch.Tensor | None = nn.Parameter(torch.zeros(1, self._pos_embed_len(), embed_dim, **dd))
-        elif pos_embed == "sincos":
-            table = self._sincos_table(device)
-            self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
-        else:
-            self.pos_embed = None
-        if naflex_init and not self.has_meta_tensors():  # timm's NaFlexEmbeds draws these when built
-            self._init_naflex_tokens()
         # positions for any grid, packed tokens or padded slots, from the table (a plain object, not a module)
         self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim, pos_embed_interp_mode)
-        self.pos_drop = nn.Dropout(pos_drop_rate)
+        self.embeds: NaFlexEmbeds | None = None
+        if naflex_embeds:  # timm NaFlexVit's embedding module: tokens, Linear projection, table, dropout
+            self.embeds = NaFlexEmbeds(
+                img_size,
+                patch_size,
+                in_chans,
+                embed_dim,
+                self.pos_encoding,
+                bias=not pre_norm,
+                class_token=class_token,
+                reg_tokens=reg_tokens,
+                learned_pos=pos_embed == "learn",
+                strict_img_size=not dynamic_img_size,
+                dynamic_img_pad=dynamic_img_pad,
+                pos_drop_rate=pos_drop_rate,
+                channels_last=patchify_channels_last,
+                init_tokens=naflex_init,
+                **dd,
+            )
+            self.dist_token = None
+            self.sincos_pos_embed = False
+        else:
+            # CLIP-style pre-norm models have no patch bias (timm's convention)
+            # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
+            self.patch_embed = PatchEmbed(
+                img_size=img_size,
+                patch_size=patch_size,
+                in_chans=in_chans,
+                embed_dim=embed_dim,
+                bias=not pre_norm,
+                strict_img_size=not dynamic_img_size,
+                dynamic_img_pad=dynamic_img_pad,
+                output_fmt="NHWC" if dynamic_img_size else None,
+                **dd,
+            )
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
+            self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if distilled else None
+            self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim, **dd)) if reg_tokens else None
+            self.sincos_pos_embed = pos_embed == "sincos"
+            if pos_embed == "learn":
+                self.pos_embed: torch.Tensor | None = nn.Parameter(
+                    torch.zeros(1, self._pos_embed_len(), embed_dim, **dd)
+                )
+            elif pos_embed == "sincos":
+                table = self._sincos_table(device)
+                self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
+            else:
+                self.pos_embed = None
+            if naflex_init and not self.has_meta_tensors():  # timm's NaFlexEmbeds draws these when built
+                self._init_naflex_tokens()
+            self.pos_drop = nn.Dropout(pos_drop_rate)
         # rotary position for attention (timm's ``rope`` module); the prefix tokens are not rotated
         self.rope = rotary_position(
             rope_type,
@@ -303,7 +341,7 @@ class VisionTransformer(nn.Module):
             PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
             if patch_drop_rate > 0
             else None
-            if eva_names
+            if eva_names or naflex_embeds
             else nn.Identity()
         )
         self.norm_pre = norm(embed_dim, **dd) if pre_norm else nn.Identity()
@@ -365,7 +403,7 @@ class VisionTransformer(nn.Module):
                 OrderedDict(fc=nn.Linear(embed_dim, representation_size, **dd), act=nn.Tanh())
             )
         else:
-            self.pre_logits = None if eva_names else nn.Identity()
+            self.pre_logits = None if eva_names or naflex_embeds else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = self._make_head(num_classes, **dd)
         self.head_dist = self._make_head(num_classes, **dd) if distilled else None
@@ -395,6 +433,7 @@ class VisionTransformer(nn.Module):
         qkv_fused: bool,
         attn_type: str,
         naflex_init: bool,
+        naflex_embeds: bool = False,
     ) -> None:
         """Refuse option values and combinations the model cannot build, before anything is built."""
         if num_classes < 0:
@@ -426,7 +465,23 @@ class VisionTransformer(nn.Module):
             raise ValueError(
                 "naflex_init is timm NaFlexVit's init, which has neither Eva's names nor a distillation token"
             )
+        if naflex_embeds and (eva_names or distilled or representation_size or pos_embed == "sincos"):
+            raise ValueError(
+                "naflex_embeds is timm NaFlexVit's embedding module, which has neither Eva's names, a distillation "
+                "token, a representation layer nor a sincos table"
+            )
         _check_global_pool(global_pool, distilled, class_token)
+
+    def __getattr__(self, name: str) -> Any:
+        """``nn.Module``'s lookup; with ``naflex_embeds`` the classic names in ``EMBEDS_NAMES`` answer the
+        embedding's (``patch_embed``: the module itself), which the module tree holds under ``embeds`` only."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            embeds = self.__dict__["_modules"].get("embeds") if name in EMBEDS_NAMES else None
+            if embeds is None:
+                raise
+            return embeds if name == "patch_embed" else getattr(embeds, name)
 
     @property
     def pos_prefix_tokens(self) -> int:
@@ -468,7 +523,9 @@ class VisionTransformer(nn.Module):
             self._init_naflex_patch_projection(init, needs_reset, only=only)
             if needs_reset:
                 self._init_naflex_tokens(only=only)
-            apply_init(init, self, needs_reset, only=only, skip=("patch_embed",))
+            apply_init(
+                init, self, needs_reset, only=only, skip=("embeds" if self.embeds is not None else "patch_embed",)
+            )
             self._rescale_residual_projections(only=only)  # NaFlexVit's fix_init, on in every model of timm's
             return
         if self._eva_init():
@@ -511,6 +568,11 @@ class VisionTransformer(nn.Module):
         our Conv2d's kernel. ``only``: the ids of fresh tensors."""
         proj = self.patch_embed.proj
         weight, bias = proj.weight, proj.bias
+        if isinstance(proj, nn.Linear):  # the Linear it is in timm's, in ``embeds``
+            fresh = None if only is None else [t for t in (weight, bias) if t is not None and id(t) in only]
+            if fresh is None or len(fresh) > 0:
+                apply_init(init, self.embeds, needs_reset, only=None if fresh is None else set(map(id, fresh)))
+            return
         fresh_weight = only is None or id(weight) in only
         fresh_bias = bias is not None and (only is None or id(bias) in only)
         if not (fresh_weight or fresh_bias):
@@ -609,6 +671,8 @@ class VisionTransformer(nn.Module):
     # --- timm hooks ---------------------------------------------------------------------------
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
+        if self.embeds is not None:  # timm NaFlexVit's
+            return {"embeds.pos_embed", "embeds.cls_token", "embeds.reg_token"}
         return set(OWN_TENSORS)
 
     @torch.jit.ignore
@@ -619,6 +683,8 @@ class VisionTransformer(nn.Module):
         a model with ``eva_names``) keeps it in whatever ``coarse`` says.
         """
         fine = [(r"^blocks\.(\d+)", None), (r"^norm", (99999,))]
+        if self.embeds is not None:  # timm NaFlexVit's groups, whatever ``coarse`` says
+            return dict(stem=r"^embeds", blocks=fine)
         return dict(
             stem=r"^cls_token|^reg_token|^dist_token|^pos_embed|^patch_embed|^norm_pre",
             blocks=r"^blocks\.(\d+)" if coarse and not self.eva_names else fine,
@@ -699,6 +765,21 @@ class VisionTransformer(nn.Module):
         (``pos_embed_interp_mode``), the sincos table recomputed, and a new patch size resamples the
         patch projection. Device, dtype, ``requires_grad`` and train/eval are kept.
         """
+        if self.embeds is not None:
+            self.embeds.set_input_size(img_size, patch_size)
+        else:
+            self._set_classic_input_size(img_size, patch_size)
+        if patch_size is not None:
+            for info in self.feature_info:
+                info["reduction"] = max(self.patch_embed.patch_size)
+        # timm's record of the size the model now takes (read by timm.models.get_model_input_config)
+        record_input_size(
+            self, self.patch_embed.img_size, patch_size=None if patch_size is None else self.patch_embed.patch_size
+        )
+
+    def _set_classic_input_size(
+        self, img_size: int | tuple[int, int] | None, patch_size: int | tuple[int, int] | None
+    ) -> None:
         old_grid = self.patch_embed.grid_size
         self.patch_embed.set_input_size(img_size, patch_size)
         new_grid = self.patch_embed.grid_size
@@ -708,13 +789,6 @@ class VisionTransformer(nn.Module):
             self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
         elif self.pos_embed is not None and self.sincos_pos_embed:
             self.pos_embed = self._sincos_table(self.pos_embed.device).to(self.pos_embed.dtype)
-        if patch_size is not None:
-            for info in self.feature_info:
-                info["reduction"] = max(self.patch_embed.patch_size)
-        # timm's record of the size the model now takes (read by timm.models.get_model_input_config)
-        record_input_size(
-            self, self.patch_embed.img_size, patch_size=None if patch_size is None else self.patch_embed.patch_size
-        )
 
     # --- forward ------------------------------------------------------------------------------
     def _prefix_tokens(self) -> torch.Tensor | None:
@@ -758,12 +832,17 @@ class VisionTransformer(nn.Module):
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, C, H, W) image -> the blocks' input tokens, and the rotary terms of each token (None without RoPE)."""
-        x = self.patch_embed(x)
-        if self.dynamic_img_size:
-            height, width = x.shape[1], x.shape[2]
+        if self.embeds is not None:  # timm NaFlexVit's embedding: patches, positions, prefix tokens, dropout
+            x, grid = self.embeds(x)
+            assert grid is not None  # an image has a grid
+            height, width = grid
         else:
-            height, width = self.patch_embed.grid_size
-        x = self._pos_embed(x)
+            x = self.patch_embed(x)
+            if self.dynamic_img_size:
+                height, width = x.shape[1], x.shape[2]
+            else:
+                height, width = self.patch_embed.grid_size
+            x = self._pos_embed(x)
         rope: torch.Tensor | None = None
         if self.rope is not None:
             rope = with_prefix_rows(self.rope.for_grid(height, width, x.device), self.num_prefix_tokens)
@@ -872,8 +951,14 @@ class VisionTransformer(nn.Module):
         prefix = self._prefix_tokens()
         if prefix is None:
             return None
-        positions = self.pos_encoding.for_prefix(self.pos_embed)
+        positions = self.pos_encoding.for_prefix(self._pos_table())
         return prefix[0] if positions is None else prefix[0] + positions
+
+    def _pos_table(self) -> torch.Tensor | None:
+        """The position table as the position encoding reads it, (1, table prefix + H * W, D) (None without one)."""
+        if self.embeds is not None:
+            return self.embeds.table()
+        return self.pos_embed
 
     @torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
     def _pack(self, batch: NaFlexBatch) -> naflex.Packed:
@@ -885,7 +970,7 @@ class VisionTransformer(nn.Module):
         patches = batch.patches.reshape(-1, batch.patches.shape[-1]).index_select(0, layout.valid_index)
         tokens = self.patch_embed.project_flat(patches, batch.patch_size, self.patchify_channels_last)
         positions = self.pos_encoding.for_tokens(
-            self.pos_embed, layout.token_coord, layout.image, layout.grids, self.patch_embed.grid_size, tokens
+            self._pos_table(), layout.token_coord, layout.image, layout.grids, self.patch_embed.grid_size, tokens
         )
         if positions is not None:
             tokens = tokens + positions
@@ -919,6 +1004,9 @@ class VisionTransformer(nn.Module):
 
     def _embed_padded(self, batch: NaFlexBatch) -> torch.Tensor:
         """(B, prefix + N, D) embedded tokens on timm's padded layout, every slot (shapes fixed by the batch)."""
+        if self.embeds is not None:  # timm NaFlexVit's embedding module, called as timm calls it
+            tokens, _ = self.embeds(batch.patches, batch.patch_coord, batch.patch_valid, patch_size=batch.patch_size)
+            return self.norm_pre(tokens)
         tokens = self.patch_embed.project_flat(batch.patches, batch.patch_size, self.patchify_channels_last)
         positions = self.pos_encoding.for_slots(
             self.pos_embed, batch.patch_coord, batch.patch_valid, self.patch_embed.grid_size, tokens

@@ -490,3 +490,88 @@ def test_safetensors_with_any_header_load_exactly_their_bytes_or_are_refused(cap
 
     case()
     assert sum(CASES[name].values()) == CONTAINER_CASES["safetensors"] and set(CASES[name]) == {"ok", "error"}
+
+
+# --- the authors' own state dicts (Meta DINOv3, Meta PE, BAAI EVA02): wrong ranks, mismatched widths -----------
+def original_state_dict(source: str) -> dict[str, torch.Tensor]:
+    """A tiny valid file of each original layout, as its authors' code saves it."""
+    from tests.convert.test_dinov3_sources import meta_state_dict, timm_dinov3
+    from tests.support.eva_originals import EVA02_SIZE, PE_SIZE, baai_eva_state_dict, meta_pe_state_dict, timm_model
+
+    if source == "meta_dinov3":
+        return meta_state_dict(timm_dinov3("vit_small_patch16_dinov3_qkvb", embed_dim=64, num_heads=4))
+    if source == "meta_pe":
+        return meta_pe_state_dict(timm_model("vit_pe_core_tiny_patch16_384", **PE_SIZE))
+    return baai_eva_state_dict(timm_model("eva02_tiny_patch14_224", **EVA02_SIZE, num_classes=10))
+
+
+#: how one tensor is reshaped: a rank lost or gained, one width changed, transposed, emptied, another dtype
+RESHAPES = ("flatten", "unsqueeze", "grow", "shrink", "double", "transpose", "empty", "scalar", "int", "drop")
+
+
+def reshaped(tensor: torch.Tensor, how: str, dim: int) -> torch.Tensor | None:
+    dim = dim % max(tensor.dim(), 1)
+    if how == "flatten":
+        return tensor.flatten()
+    if how == "unsqueeze":
+        return tensor.unsqueeze(0)
+    if how in ("grow", "shrink", "double") and tensor.dim():
+        size = {"grow": tensor.shape[dim] + 1, "shrink": max(tensor.shape[dim] - 1, 0), "double": 2 * tensor.shape[dim]}
+        shape = list(tensor.shape)
+        shape[dim] = size[how]
+        return torch.zeros(shape, dtype=tensor.dtype) + 0.01
+    if how == "transpose" and tensor.dim() >= 2:
+        return tensor.transpose(0, -1).contiguous()
+    if how == "empty":
+        return torch.zeros(0, dtype=tensor.dtype)
+    if how == "scalar":
+        return torch.tensor(1.0)
+    if how == "int":
+        return tensor.to(torch.int64)
+    return None  # drop (or a reshape the tensor's rank does not allow: dropped too)
+
+
+@pytest.mark.parametrize("source", ["meta_dinov3", "meta_pe", "baai_eva"])
+def test_original_state_dict_shapes_convert_or_raise_conversion_error(source, loader, tmp_path):
+    """Each case reshapes one or two tensors of a valid original file: converted and verified (the directory then
+    checks out), or refused in one ConversionError naming the file, never a traceback."""
+    name = f"state-dict shapes, {source} (convert --verify)"
+    state = original_state_dict(source)
+    keys = sorted(state)
+    path, out = tmp_path / f"{source}.pth", tmp_path / "out"
+    torch.save(state, path)
+    assert loader.run("convert", path, out=str(out), verify=True)["outcome"] == "ok"
+    edit = st.tuples(st.sampled_from(keys), st.sampled_from(RESHAPES), st.integers(0, 3))
+
+    @fuzz_settings(PLAN[name])
+    @given(st.lists(edit, min_size=1, max_size=2))
+    def case(edits):
+        edited = dict(state)
+        for key, how, dim in edits:
+            if key in edited:
+                tensor = reshaped(edited[key], how, dim)
+                if tensor is None:
+                    del edited[key]
+                else:
+                    edited[key] = tensor
+        torch.save(edited, path)
+        result = loader.run("convert", path, out=str(out), verify=True)
+        CASES[name][check_outcome(result, str(path), repr(edits))] += 1
+
+    CASES[name].clear()
+    case()
+    assert sum(CASES[name].values()) == PLAN[name]
+    assert CASES[name]["error"] > 0
+
+
+@pytest.mark.parametrize("source", ["meta_dinov3", "meta_pe", "baai_eva"])
+@pytest.mark.parametrize("how", ["scalar", "flatten", "unsqueeze"])
+def test_a_stem_or_token_of_another_rank_is_our_error(source, how, loader, tmp_path):
+    """Found by the fuzz above: EVA02's options read the stem's width from a scalar (IndexError)."""
+    state = original_state_dict(source)
+    path = tmp_path / f"{source}.pth"
+    ends = ("patch_embed.proj.weight", "conv1.weight", "pos_embed", "cls_token", "storage_tokens", "class_embedding")
+    for key in [k for k in state if k.endswith(ends) and reshaped(state[k], how, 0).shape != state[k].shape]:
+        torch.save({**state, key: reshaped(state[key], how, 0)}, path)
+        result = loader.run("convert", path, out=str(tmp_path / "out"), verify=True)
+        assert check_outcome(result, str(path), f"{key} {how}") == "error", key

@@ -100,3 +100,73 @@ def test_transformers_config_fields(loader, tmp_path):
     case()
     assert sum(CASES[NAME].values()) == PLAN[NAME]
     assert CASES[NAME]["ok"] > 0 and CASES[NAME]["error"] > 0
+
+
+# --- every transformers family's own fields: wrong types, out-of-range values, unicode --------------------------
+#: family -> its config class's architecture fields, flags and names (those the checks read, and some they do not)
+FAMILY_FIELDS = {
+    "dinov3": [
+        *("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "image_size"),
+        *("patch_size", "num_channels", "layer_norm_eps", "num_register_tokens", "rope_theta", "hidden_act"),
+        *("use_gated_mlp", "use_swiglu_ffn", "query_bias", "key_bias", "value_bias", "proj_bias", "mlp_bias"),
+        *("layerscale_value", "model_type"),
+    ],
+    "dinov2": [
+        *("num_hidden_layers", "hidden_size", "num_attention_heads", "mlp_ratio", "image_size", "patch_size"),
+        *("num_channels", "layer_norm_eps", "hidden_act", "qkv_bias", "use_swiglu_ffn", "use_mask_token"),
+        *("layerscale_value", "model_type"),
+    ],
+    "siglip": [
+        *("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "image_size"),
+        *("patch_size", "num_channels", "layer_norm_eps", "hidden_act", "vision_use_head", "model_type"),
+    ],
+    "siglip2": [
+        *("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "num_patches"),
+        *("patch_size", "num_channels", "layer_norm_eps", "hidden_act", "vision_use_head", "model_type"),
+    ],
+}
+#: wrong types, out-of-range numbers and unicode (control and bidi characters, surrogates escaped by json)
+HOSTILE = (
+    VALUES
+    | st.text(alphabet=st.characters(), max_size=12)
+    | st.sampled_from(["\x1b[2J\x07", "\u202egelu", "gelu\x00", "𝔤𝔢𝔩𝔲", "", " gelu", "GELU", "silu"])
+    | st.dictionaries(st.text(max_size=3), NUMBERS, max_size=2)
+    | st.lists(st.lists(NUMBERS, max_size=2), max_size=2)
+)
+
+
+@pytest.mark.parametrize("family", list(FAMILY_FIELDS))
+def test_each_familys_config_fields(loader, tmp_path, family):
+    """DINOv3, DINOv2, SigLIP and SigLIP 2 configs with hostile field values: converted (and verified) or refused
+    in our one error naming the file, never a traceback."""
+    from tests.convert.test_transformers_config import family_dir
+
+    name = f"transformers config.json fields, {family} (convert --verify)"
+    source = family_dir(family, tmp_path / "hf")
+    original = json.loads((source / "config.json").read_text())
+    fields = FAMILY_FIELDS[family]
+    plausible = st.sampled_from([(f, original[f]) for f in fields if f in original])
+    out = tmp_path / "out"
+
+    @fuzz_settings(PLAN[name])
+    @given(st.lists(plausible | st.tuples(st.sampled_from(fields), HOSTILE), min_size=1, max_size=3))
+    def case(edits):
+        config = {**original, **dict(edits)}
+        try:
+            (source / "config.json").write_text(json.dumps(config, allow_nan=True))
+        except ValueError:
+            CASES[name]["unwritable"] += 1
+            return
+        shutil.rmtree(out, ignore_errors=True)
+        result = loader.run("convert", source, out=str(out), verify=True)
+        assert not result.get("type", "").endswith("VerificationError"), f"{edits}: {result['message']}"
+        CASES[name][check_outcome(result, str(source), repr(edits))] += 1
+        if result["outcome"] == "error":
+            assert not any(c in result["message"] for c in "\x1b\x07\x00\u202e"), f"{edits}: {result['message']!r}"
+            assert len(result["message"]) < 1000, f"{edits}: {len(result['message'])} characters"
+        assert set(os.listdir(tmp_path)) <= {"hf", "out"}, f"{edits}: wrote {os.listdir(tmp_path)}"
+
+    CASES[name].clear()
+    case()
+    assert sum(CASES[name].values()) == PLAN[name]
+    assert CASES[name]["ok"] > 0 and CASES[name]["error"] > 0

@@ -17,6 +17,9 @@ PLAN = {
     "convert, safetensors": 20,
     "convert, torch-zip": 20,
     "convert, jax-npz": 16,
+    "state-dict shapes, meta_dinov3 (convert --verify)": 16,
+    "state-dict shapes, meta_pe (convert --verify)": 16,
+    "state-dict shapes, baai_eva (convert --verify)": 16,
     "pull, damaged config.json": 8,
     "pull, damaged model.safetensors": 8,
     # drawn claims, read under a memory cap (tests/convert/test_fuzz_loaders.py)
@@ -40,6 +43,10 @@ PLAN = {
     "picture reader, gif": 20,
     # transformers config.json fields against the weights and the bounds (tests/convert/test_fuzz_transformers_config.py)
     "transformers config.json fields (convert --verify)": 40,
+    "transformers config.json fields, dinov3 (convert --verify)": 16,
+    "transformers config.json fields, dinov2 (convert --verify)": 16,
+    "transformers config.json fields, siglip (convert --verify)": 16,
+    "transformers config.json fields, siglip2 (convert --verify)": 16,
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConversionError
 from ..models.model_args import DEFAULTS
 from ..models.variants import ARCHITECTURES, EVA02_VARIANTS, PE_VARIANTS, TIMM_NAMES
-from .dinov3 import eva_reference
+from .dinov3 import check_ranks, eva_reference
 from .source_format import ReferenceSpec
 
 if TYPE_CHECKING:
@@ -128,6 +128,7 @@ def eva_options(shapes: dict[str, tuple[int, ...]], ref_feat_shape: Any = None) 
         raise ConversionError(
             "these Eva weights have no position table (pos_embed): EVA02 and PE have one (DINOv3 has none)"
         )
+    check_ranks(shapes)
     width = shapes["patch_embed.proj.weight"][0]
     family = eva_family(shapes)
     class_token = "cls_token" in shapes

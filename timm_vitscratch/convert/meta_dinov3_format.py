@@ -32,8 +32,8 @@ class MetaDinov3Format(MetaDinov3Layout, SourceFormat):
         hints: dict[str, Any] = {}
         if "rope_embed.periods" in keys and "patch_embed.proj.weight" in keys:  # checked by ignorable_keys
             head_dim = 4 * checkpoint.shape("rope_embed.periods")[0]
-            width = checkpoint.shape("patch_embed.proj.weight")[0]
-            if head_dim and width % head_dim == 0:
+            width = (checkpoint.shape("patch_embed.proj.weight") or (0,))[0]
+            if head_dim and width and width % head_dim == 0:
                 hints["num_heads"] = width // head_dim
                 hints["stated_by"] = "rotary periods (rope_embed.periods)"
         return hints

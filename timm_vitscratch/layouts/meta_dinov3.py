@@ -143,8 +143,9 @@ def check_periods(checkpoint: Checkpoint) -> None:
     if not dtype.is_floating_point:
         raise ConversionError(f"rope_embed.periods is {str(dtype).removeprefix('torch.')}; {expected}", checkpoint.path)
     head_dim = 4 * shape[0]
-    if "patch_embed.proj.weight" in checkpoint:
-        width = checkpoint.shape("patch_embed.proj.weight")[0]
+    stem = checkpoint.shape("patch_embed.proj.weight") if "patch_embed.proj.weight" in checkpoint else ()
+    if stem:  # a stem of another rank is refused with the other shapes
+        width = stem[0]
         if width % head_dim:
             raise ConversionError(
                 f"rope_embed.periods has {shape[0]} periods (head_dim {head_dim}), which does not divide the width "

@@ -49,8 +49,9 @@ def pe_prefix(keys: set[str]) -> str | None:
 
 
 def class_token(embedding: torch.Tensor) -> torch.Tensor:
-    """Meta's ``class_embedding`` (D,) -> our ``cls_token`` (1, 1, D)."""
-    return embedding.reshape(1, 1, -1)
+    """Meta's ``class_embedding`` (D,) -> our ``cls_token`` (1, 1, D); one of another rank keeps its extra
+    dimensions (and is refused by its shape), never reshaped into place."""
+    return embedding[None, None]
 
 
 def pos_table(table: torch.Tensor) -> torch.Tensor:

@@ -256,8 +256,11 @@ def run(
     steps = recipe.pretrain_epochs * _steps_per_epoch(first, recipe.batch_size)
     rows.append(Row("digits 0-4", "random", steps, *fit(model, first, steps, recipe, "pretrain 0-4", progress, seed)))
 
-    model_dir = save_model_directory(
-        model, out_dir / "digits04", source=dict(example="digits", digits=list(PRETRAIN_DIGITS))
+    model_dir = save_model_directory(  # weights trained here from scratch: their license is ours to name
+        model,
+        out_dir / "digits04",
+        source=dict(example="digits", digits=list(PRETRAIN_DIGITS)),
+        license="apache-2.0",
     )
     log(f"saved {shown(model_dir)}: model.safetensors + config.json")
     pretrained, hub_row, round_trip = round_trip_through_hub(model, model_dir, first, out_dir, recipe, seed, log, shown)

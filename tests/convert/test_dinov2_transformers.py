@@ -310,9 +310,12 @@ def test_export_refuses_what_dinov2model_cannot_hold(tmp_path):
 
 # --- the license ----------------------------------------------------------------------------------------------
 def test_the_license_travels_as_for_every_export(tmp_path):
-    """DINOv2's weights are Apache-2.0: recorded, and no text goes with them; a license that demands its text
-    (the DINOv3 License stands for one here) gets it inside the transformers directory."""
-    for license_id, files in (("apache-2.0", []), ("dinov3-license", [TRAVELLING["dinov3-license"].file_name])):
+    """DINOv2's weights are Apache-2.0: recorded, and its SPDX id goes with them as LICENSE.md; a license that
+    demands its text (the DINOv3 License stands for one here) gets it inside the transformers directory."""
+    for license_id, files in (
+        ("apache-2.0", ["LICENSE.md"]),
+        ("dinov3-license", [TRAVELLING["dinov3-license"].file_name]),
+    ):
         model = timm.create_model(
             "scratch_dinov2_s14_reg4",
             embed_dim=64,
@@ -327,5 +330,6 @@ def test_the_license_travels_as_for_every_export(tmp_path):
         result = export(directory, "transformers", tmp_path / license_id / "hf")
         names = sorted(p.name for p in (tmp_path / license_id / "hf").iterdir())
         assert names == sorted(["config.json", "model.safetensors", *files])
-        assert (result.license_file is None) == (not files)
+        assert result.license_file == tmp_path / license_id / "hf" / "LICENSE.md"
+        assert result.license_text == (license_id == "dinov3-license")
         print(f"{license_id}: export to transformers writes {', '.join(names)}")

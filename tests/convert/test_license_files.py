@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import timm
+import torch
 from timm.models import save_for_hf
 
 from tests.support import tiny
@@ -220,3 +221,178 @@ def test_a_dinov3_variant_carries_its_tags_license_text(tmp_path, tag, license_i
     directory = save_model_directory(model, tmp_path / "model")
     assert (directory / "LICENSE.md").read_bytes() == TRAVELLING[license_id].read()
     check_model_directory(directory)
+
+
+# --- both ways: every family's license through every export and back -------------------------------------
+#: a tiny model of each family whose license is recorded: (tag, create_model options, its license, heads)
+FAMILIES = {
+    "dinov3": ("scratch_dinov3_s16.lvd1689m", dict(depth=1, img_size=32), DINOV3, 6),
+    "eva02": ("scratch_eva02_t14.mim_in22k", dict(depth=1, embed_dim=96, num_heads=4), "mit", 4),
+    # whole (6M parameters): a PE file's rotary position is not in its weights, so it converts as the named variant
+    "pe": ("scratch_pe_core_t16.fb", dict(), "apache-2.0", 3),
+    "dinov2": (
+        "scratch_dinov2_s14_reg4.lvd142m",
+        dict(depth=1, embed_dim=64, num_heads=4, img_size=56),
+        "apache-2.0",
+        4,
+    ),
+    "siglip": ("scratch_siglip_b16.v2_webli", dict(depth=1, embed_dim=64, num_heads=4, img_size=32), "apache-2.0", 4),
+}
+#: export routes: (--to, the output's name); transformers writes a folder of the families it has a model for
+ROUTES = [("transformers", "hf"), ("timm", "vit.safetensors"), ("timm", "vit.pth")]
+TRANSFORMERS_FAMILIES = ("dinov3", "dinov2")
+
+
+def family_directory(tmp_path: Path, family: str) -> Path:
+    tag, options, license_id, _ = FAMILIES[family]
+    model = timm.create_model(tag, pretrained=False, **options)
+    assert model.pretrained_cfg["license"] == license_id  # the tag's, as timm records it
+    return save_model_directory(model, tmp_path / "ours")
+
+
+def recorded_license(directory: Path) -> str:
+    return check_model_directory(directory)[0]["pretrained_cfg"]["license"]
+
+
+def license_text_of(directory: Path) -> bytes | None:
+    path = directory / "LICENSE.md"
+    return path.read_bytes() if path.exists() else None
+
+
+@pytest.mark.parametrize("to,name", ROUTES, ids=[f"{to}:{name}" for to, name in ROUTES])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_license_comes_back_from_every_export(tmp_path, family, to, name):
+    """ours -> export (a transformers folder, a timm .safetensors or .pth file) -> convert: the same license id,
+    and for a license whose text travels, the package's text."""
+    if to == "transformers" and family not in TRANSFORMERS_FAMILIES:
+        pytest.skip(f"transformers has no model {family} exports to")
+    _, _, license_id, heads = FAMILIES[family]
+    ours = family_directory(tmp_path, family)
+    out = tmp_path / "export" / name
+    out.parent.mkdir()
+    export(ours, to, out)
+    # the variant is named, as convert's message asks of a PE file
+    model = "scratch_pe_core_t16" if family == "pe" and to == "timm" else None
+    back = convert(out, tmp_path / "back", num_heads=heads, model=model)
+    assert recorded_license(back.out_dir) == license_id
+    assert license_text_of(back.out_dir) == (TRAVELLING[license_id].read() if license_id in TRAVELLING else None)
+    assert sorted(os.listdir(back.out_dir)) == sorted(
+        MODEL_FILES + (["LICENSE.md"] if license_id in TRAVELLING else [])
+    )
+
+
+# --- what a source's files say (issue 36: s01, s02, s03) -----------------------------------------------------
+def meta_dinov3_file(path: Path) -> Path:
+    from tests.convert.test_dinov3_sources import meta_state_dict, timm_dinov3
+
+    torch.save(meta_state_dict(timm_dinov3("vit_small_patch16_dinov3")), path)
+    return path
+
+
+def test_meta_to_ours_to_transformers_and_back_keeps_the_dinov3_license(tmp_path):
+    """s01: Meta's .pth -> ours -> export --to transformers (LICENSE.md inside) -> convert: the license stays."""
+    convert(meta_dinov3_file(tmp_path / "meta.pth"), tmp_path / "ours")
+    export(tmp_path / "ours", "transformers", tmp_path / "hf")
+    convert(tmp_path / "hf", tmp_path / "back")
+    assert recorded_license(tmp_path / "back") == DINOV3 and license_text_of(tmp_path / "back") == TEXT
+
+
+@pytest.mark.parametrize("extra", [[], ["--num-heads", "6"]])
+def test_a_timm_file_and_the_license_beside_it_convert_back_with_it(tmp_path, capsys, extra):
+    """s02: export --to timm FILE writes FILE.LICENSE.md; converting FILE reads it."""
+    convert(meta_dinov3_file(tmp_path / "meta.pth"), tmp_path / "ours")
+    export(tmp_path / "ours", "timm", tmp_path / "vit.safetensors")
+    assert cli_main(["convert", str(tmp_path / "vit.safetensors"), str(tmp_path / "back"), *extra]) == 0
+    assert recorded_license(tmp_path / "back") == DINOV3 and license_text_of(tmp_path / "back") == TEXT
+    capsys.readouterr()
+
+
+def hf_dinov3_folder(path: Path) -> Path:
+    from tests.convert.test_dinov3_sources import hf_dinov3
+
+    hf_dinov3(gated=False).save_pretrained(path)  # config.json + model.safetensors, as facebook/dinov3-* lay them out
+    return path
+
+
+def test_a_transformers_dinov3_folder_records_the_familys_license(tmp_path):
+    """s03: a DINOv3ViTModel folder naming nothing is Meta's DINOv3 layout, whose weights are under the DINOv3
+    License, as Meta's .pth of the same weights: recorded, and the package's text written."""
+    convert(hf_dinov3_folder(tmp_path / "dinov3-vits16-pretrain-lvd1689m"), tmp_path / "out", verify=True)
+    assert recorded_license(tmp_path / "out") == DINOV3 and license_text_of(tmp_path / "out") == TEXT
+
+
+CARD = "---\nlicense: other\nlicense_name: dinov3-license\nlicense_link: https://ai.meta.com/dinov3-license/\n---\n"
+
+
+def test_a_folders_card_and_license_file_are_read(tmp_path):
+    folder = hf_dinov3_folder(tmp_path / "hf")
+    (folder / "README.md").write_text(CARD + "# DINOv3\n")
+    (folder / "LICENSE.md").write_bytes(TEXT.replace(b"\n", b"\r\n"))  # line endings are all a copy may change
+    convert(folder, tmp_path / "out")
+    assert recorded_license(tmp_path / "out") == DINOV3 and license_text_of(tmp_path / "out") == TEXT
+
+
+@pytest.mark.parametrize(
+    "files,said",
+    [
+        ({"README.md": "---\nlicense: apache-2.0\n---\n"}, "README.md's front matter says license: apache-2.0"),
+        ({"LICENSE.md": "# DINOv3 License\n\nyou may do anything\n"}, "LICENSE.md says its text"),
+        ({"README.md": "---\nlicense:\n  - mit\n---\n"}, "license: (not a plain value)"),
+        ({"README.md": "---\nlicense: other\nlicense_name: my-license\n---\n"}, "license_name: my-license"),
+    ],
+)
+def test_what_the_source_says_that_cannot_be_one_known_license_is_refused_naming_license(tmp_path, files, said):
+    """A card naming another license than the family's, an edited text, a list, a license the package does not
+    know: refused, nothing written; --license states it, and the text written is the package's."""
+    folder = hf_dinov3_folder(tmp_path / "hf")
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    with pytest.raises(ConversionError, match="pass --license ID") as refused:
+        convert(folder, tmp_path / "out")
+    assert said in str(refused.value) and not (tmp_path / "out").exists()
+    convert(folder, tmp_path / "out", license=DINOV3)
+    assert recorded_license(tmp_path / "out") == DINOV3 and license_text_of(tmp_path / "out") == TEXT
+
+
+def test_a_source_that_names_no_license_records_unknown_and_license_names_it(tmp_path):
+    model = tiny(pretrained_cfg_overlay=dict(license=None))
+    save_file_ = importlib.import_module("safetensors.torch").save_file
+    save_file_({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    convert(tmp_path / "w.safetensors", tmp_path / "a", num_heads=4)
+    assert recorded_license(tmp_path / "a") == "unknown" and sorted(os.listdir(tmp_path / "a")) == MODEL_FILES
+    convert(tmp_path / "w.safetensors", tmp_path / "b", num_heads=4, license="MIT")
+    assert recorded_license(tmp_path / "b") == "mit"
+    with pytest.raises(ConversionError, match="'my-license' is not a license id the package knows"):
+        convert(tmp_path / "w.safetensors", tmp_path / "c", num_heads=4, license="my-license")
+    (tmp_path / "w.safetensors.LICENSE.md").write_text("SPDX-License-Identifier: bsd-3-clause\n")
+    with pytest.raises(ConversionError, match="--license mit disagrees"):
+        convert(tmp_path / "w.safetensors", tmp_path / "c", num_heads=4, license="mit")
+    convert(tmp_path / "w.safetensors", tmp_path / "c", num_heads=4)
+    assert recorded_license(tmp_path / "c") == "bsd-3-clause"
+
+
+def test_a_license_file_that_is_not_a_regular_file_inside_is_refused(tmp_path):
+    model = tiny(pretrained_cfg_overlay=dict(license=None))
+    importlib.import_module("safetensors.torch").save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors")
+    )
+    os.mkfifo(tmp_path / "w.safetensors.LICENSE.md")  # a read would block forever
+    with pytest.raises(ConversionError, match="not a regular file"):
+        convert(tmp_path / "w.safetensors", tmp_path / "out", num_heads=4)
+
+
+@pytest.mark.parametrize(
+    "card,expected",
+    [
+        ("---\nlicense: 'apache-2.0'  \nlicense_name: x # note\n---\n", {"license": "apache-2.0", "license_name": "x"}),
+        ("---\ntags:\n  license: mit\n---\n", {}),  # not top level
+        ("---\nlicense: mit\n", {}),  # never closed: not front matter
+        ("license: mit\n", {}),
+        ("---\nlicense: [mit]\n---\n", {"license": ""}),
+        ("---\n" + "x: y\n" * 600 + "license: mit\n---\n", {}),  # past the lines looked at
+    ],
+)
+def test_front_matter_is_read_line_by_line_and_bounded(card, expected):
+    from timm_vitscratch.gate.license_files import front_matter_licence
+
+    assert front_matter_licence(card) == expected

@@ -108,8 +108,8 @@ def test_transformers_loads_a_converted_directory(tmp_path, source):
 
 def test_transformers_loads_a_pulled_directory_and_timm_reads_the_hub(hub_env, tmp_path, request):
     repo = repo_for(request)
-    directory = converted(tmp_path)
-    assert cli_main(["push", str(directory), repo]) == 0
+    directory = converted(tmp_path)  # from a bare file that names no license: the push names it
+    assert cli_main(["push", str(directory), repo, "--license", "apache-2.0"]) == 0
     pulled = tmp_path / "pulled"
     assert cli_main(["pull", repo, str(pulled)]) == 0
     assert_transformers_reads(pulled)

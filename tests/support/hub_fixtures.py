@@ -116,9 +116,18 @@ def repo_for(request: pytest.FixtureRequest, suffix: str = "") -> str:
     return f"tests/{name}{suffix}"
 
 
-def model_dir(path: Path, model: torch.nn.Module) -> Path:
-    """A model directory of ``model`` in the shared format (safetensors + timm config.json + sha256)."""
-    return save_model_directory(model, path, source={"format": "test", "note": "tiny random model"})
+def model_dir(path: Path, model: torch.nn.Module, license: str | None = None) -> Path:
+    """A model directory of ``model`` in the shared format (safetensors + timm config.json + sha256).
+
+    Its license: ``license``, else what the model's pretrained cfg records, else apache-2.0 (tiny random test
+    weights are the tests' own; a directory whose license is unknown is not pushed)."""
+    recorded = getattr(model, "pretrained_cfg", {}).get("license")
+    return save_model_directory(
+        model,
+        path,
+        source={"format": "test", "note": "tiny random model"},
+        license=license or (None if recorded else "apache-2.0"),
+    )
 
 
 def upload_raw(directory: Path, repo: str) -> None:

@@ -77,7 +77,10 @@ def test_train_py_checkpoint_converts_in_one_call_and_round_trips_through_the_hu
 
     # vitscratch push, then timm.create_model("hf-hub:...") in a fresh process with an empty cache
     repo = repo_for(request)
-    assert cli_main(["push", str(ema_dir), repo]) == 0
+    # a train.py checkpoint names no license (the directory records "unknown"): the push names the weights' own
+    assert cli_main(["push", str(ema_dir), repo]) == 2
+    assert "the weights' license is unknown" in capsys.readouterr().err
+    assert cli_main(["push", str(ema_dir), repo, "--license", "apache-2.0"]) == 0
     assert f"pushed {ema_dir} to {repo}@main" in capsys.readouterr().out
     save_file({"x": x}, str(tmp_path / "x.safetensors"))
     (tmp_path / "client").mkdir()

@@ -138,21 +138,65 @@ def test_pull_takes_the_text_from_the_package_never_from_the_hub(hub_env, tmp_pa
 @pytest.mark.slow  # through the local Hub server
 @pytest.mark.parametrize(
     ("tag", "license_id"),
-    [("scratch_eva02_t14.mim_in22k", "mit"), ("scratch_pe_core_t16.fb", "apache-2.0")],
+    [
+        ("scratch_eva02_t14.mim_in22k", "mit"),
+        ("scratch_pe_core_t16.fb", "apache-2.0"),
+        ("scratch_dinov2_s14_reg4.lvd142m", "apache-2.0"),
+        ("scratch_siglip_b16.v2_webli", "apache-2.0"),
+        ("scratch_dinov3_s16.lvd1689m", DINOV3),
+    ],
 )
-def test_a_familys_license_is_recorded_and_named_through_push_and_pull(
-    hub_env, local_hub, tmp_path, request, tag, license_id
-):
-    """EVA02's MIT and PE's Apache-2.0, as the tag's cfg records them (timm's), in the model directory, the card
-    push writes and the directory pull installs; a standard license needs no text beside the weights."""
+def test_family_license_push_pull_hf_hub(hub_env, local_hub, tmp_path, request, tag, license_id):
+    """Each family's license, as the tag's cfg records it (timm's), in the model directory, the card push writes,
+    the directory pull installs and the model ``hf-hub:`` builds; a standard license needs no text beside the
+    weights, the DINOv3 License's text goes with them both ways."""
     import timm
 
-    model = timm.create_model(tag, pretrained=False, depth=1, embed_dim=96, num_heads=4)
-    directory = model_dir(tmp_path / "model", model)
+    options = dict(depth=1, img_size=32) if "dinov3" in tag else dict(depth=1, embed_dim=96, num_heads=4)
+    directory = model_dir(tmp_path / "model", timm.create_model(tag, pretrained=False, **options))
     assert json.loads((directory / "config.json").read_text())["pretrained_cfg"]["license"] == license_id
     repo = repo_for(request)
     hub.push(directory, repo)
-    assert hub_files(local_hub, repo) == [".gitattributes", "README.md", "config.json", "model.safetensors"]
+    text = ["LICENSE.md"] if license_id == DINOV3 else []
+    assert hub_files(local_hub, repo) == sorted(
+        [".gitattributes", "README.md", "config.json", "model.safetensors", *text]
+    )
     out = hub.pull(repo, tmp_path / "pulled")
     assert json.loads((out / "config.json").read_text())["pretrained_cfg"]["license"] == license_id
-    assert ModelCard((out / "README.md").read_text()).data.to_dict()["license"] == license_id
+    card = ModelCard((out / "README.md").read_text()).data.to_dict()
+    assert card.get("license_name", card["license"]) == license_id
+    assert sorted(os.listdir(out)) == sorted(["README.md", "config.json", "model.safetensors", *text])
+    if text:
+        assert (out / "LICENSE.md").read_bytes() == TEXT
+    loaded = timm.create_model(f"hf-hub:{repo}", pretrained=True)
+    assert loaded.pretrained_cfg["license"] == license_id
+
+
+@pytest.mark.slow
+def test_push_refuses_an_unknown_license_unless_license_names_it(hub_env, local_hub, tmp_path, request, capsys):
+    """A directory whose source named no license records ``unknown``: push sends nothing without ``--license``;
+    with it, the pushed config and card record that id, and the text of a license that travels goes too. A
+    ``--license`` that contradicts the directory's own is refused."""
+    repo = repo_for(request)
+    directory = model_dir(tmp_path / "model", tiny(), license=None)
+    config = json.loads((directory / "config.json").read_text())
+    config["pretrained_cfg"]["license"] = "unknown"  # as convert writes it for a source naming none
+    (directory / "config.json").write_text(json.dumps(config))
+    assert cli_main(["push", str(directory), repo]) == 2
+    assert "the weights' license is unknown" in capsys.readouterr().err
+    assert cli_main(["push", str(directory), repo, "--license", DINOV3]) == 0
+    assert hub_files(local_hub, repo) == [
+        ".gitattributes",
+        "LICENSE.md",
+        "README.md",
+        "config.json",
+        "model.safetensors",
+    ]
+    assert Path(hf_hub_download(repo, "LICENSE.md")).read_bytes() == TEXT
+    assert ModelCard(Path(hf_hub_download(repo, "README.md")).read_text()).data.to_dict() == FRONT_MATTER
+    pushed = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
+    assert pushed["pretrained_cfg"]["license"] == DINOV3
+    assert json.loads((directory / "config.json").read_text())["pretrained_cfg"]["license"] == "unknown"  # as it was
+    apache = model_dir(tmp_path / "apache", tiny())  # the default tag's apache-2.0
+    assert cli_main(["push", str(apache), repo, "--license", "mit"]) == 2
+    assert "records the license apache-2.0; --license mit disagrees" in capsys.readouterr().err

@@ -31,12 +31,13 @@ from .files import PathLike, atomic_write, sha256_file
 from .gate.files import read_text, regular_file
 from .gate.json_data import read_json_object
 from .gate.safetensors_data import SafetensorsData, safetensors_entries
+from .gate.weight_dtypes import check_weight_dtypes
 from .layouts.page_release import release_mapped_range
 from .licenses import UNKNOWN, check_license_id, write_license_files
 from .models.build import build_on_meta
 from .models.variants import check_config_file
 from .private_api import save_config_for_hf
-from .tensor_writer import FLOAT_NAMES, TensorSpec, write_safetensors
+from .tensor_writer import TensorSpec, write_safetensors
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -370,13 +371,9 @@ def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...]
         )
     entries = safetensors_entries(weights, _weights_error(weights, label))
     found = {name: (entry.shape, entry.dtype) for name, entry in entries.items()}
-    odd = [f"{k} ({dtype})" for k, (_, dtype) in found.items() if dtype not in FLOAT_NAMES]
-    if odd:
-        raise ModelDirectoryError(
-            f"{label}: {WEIGHTS_NAME} holds tensors that are not floating point: "
-            f"{listed(odd, 3, quote=False)}; expected "
-            f"{', '.join(FLOAT_NAMES)}"
-        )
+    check_weight_dtypes(
+        ((k, dtype) for k, (_, dtype) in found.items()), f"{label}: {WEIGHTS_NAME}", ModelDirectoryError
+    )
     return found
 
 

@@ -2,7 +2,8 @@
 
 After ``torch.manual_seed(s)``, building one of ours and building the timm model it mirrors (with the same
 overrides) consume torch's generator alike, draw for draw: the state dicts are equal tensor for tensor (timm's
-read in our names where they differ: SigLIP 2 NaFlex's ``embeds.*``) and the next ``torch.rand()`` is the same.
+read through our checkpoint filter, which leaves them as they are where the names are the same: SigLIP 2 NaFlex holds
+timm NaFlexVit's ``embeds.*`` too) and the next ``torch.rand()`` is the same.
 One small configuration per family, a few of timm's other init schemes, and two rows at full size. Then the
 run: seeded by timm's ``random_seed``, built, trained two steps with timm's optimizer on a batch drawn after
 building, the losses are timm's. The in21k "has_logits" rows have no timm reference (timm's ``VisionTransformer``

@@ -261,10 +261,10 @@ def test_int_weights_in_a_checkpoint_are_refused_not_cast(tmp_path, capsys):
     state["blocks.0.attn.qkv.weight"] = state["blocks.0.attn.qkv.weight"].to(torch.int8)
     torch.save(state, tmp_path / "c.pth")
     assert main(["convert", str(tmp_path / "c.pth"), str(tmp_path / "out"), "--num-heads", "4"]) == 2
-    assert "is int8; weights must be floating point" in capsys.readouterr().err
+    assert "'blocks.0.attn.qkv.weight' (int8) would become model weights" in capsys.readouterr().err
     from timm.models import load_checkpoint
 
-    with pytest.raises(ConversionError, match=r"blocks.0.attn.qkv.weight \(int8\) is not floating point"):
+    with pytest.raises(ConversionError, match=r"blocks.0.attn.qkv.weight' \(int8\) would become model weights"):
         load_checkpoint(tiny(), str(tmp_path / "c.pth"))
 
 

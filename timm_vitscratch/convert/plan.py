@@ -18,6 +18,7 @@ from torch import nn
 
 from ..choices import DTYPE_NAMES
 from ..errors import ConversionError, ModelArgsError, ModelDirectoryError, listed
+from ..gate.weight_dtypes import check_weight_dtypes, is_weight_dtype
 from ..layouts.checkpoint import Checkpoint
 from ..layouts.keymap import KeyMap, Rule, available
 from ..licenses import UNKNOWN, Statement, known_license, resolve_license, source_statements
@@ -232,12 +233,9 @@ def plan_conversion(
         if target == "pos_embed" and tuple(target_size) != tuple(arch.img_size):
             rule = rule.then(_resampler(fmt, checkpoint, arch, target_size))
         out = meta_output(rule, checkpoint, target)
-        if not out.dtype.is_floating_point:
-            raise ConversionError(
-                f"{listed(list(rule.sources))} is {str(out.dtype).replace('torch.', '')}; weights must "
-                f"be floating point (float32, float16, bfloat16 or float64)",
-                checkpoint.path,
-            )
+        if not is_weight_dtype(out.dtype):  # the gate's one rule on weights' dtypes
+            sources = [(source, checkpoint.dtype(source)) for source in rule.sources if source in checkpoint]
+            check_weight_dtypes(sources or [(target, out.dtype)], "", lambda m: ConversionError(m, checkpoint.path))
         if tuple(out.shape) != tuple(expected.shape):
             raise ConversionError(
                 f"{listed(list(rule.sources))} has shape {tuple(out.shape)} in our layout, but "

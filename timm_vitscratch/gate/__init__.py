@@ -22,7 +22,10 @@ caller's error type with a message that says what was wrong and what was expecte
 - :mod:`.safetensors_data`: safetensors files, the header bounded in bytes and tensors before parsing;
 - :mod:`.zip_archive`: zip archives, their directory and expansion bounded before ``zipfile`` reads them;
 - :mod:`.torch_pickle`: a ``torch.save`` pickle read as tensor records, nothing run;
-- :mod:`.torch_save`: ``torch.save`` files, loaded by ``torch.load`` only once their records are in bounds;
+- :mod:`.torch_save`: ``torch.save`` files, loaded by ``torch.load`` only once their records are in bounds
+  (a single-stream file is read one tensor at a time from the storages' offsets, never whole);
+- :mod:`.weight_dtypes`: the one rule on the dtypes of weights (float32, float16, bfloat16, float64), which
+  every route applies to the tensors that become model weights;
 - :mod:`.npz_data`: numpy ``.npz`` archives of plain numeric arrays;
 - :mod:`.license_files`: what a source's files say of its licence (a model card's front matter, read line by
   line with no YAML parser; a licence file's bytes), bounded.

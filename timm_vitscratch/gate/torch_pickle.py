@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .weight_dtypes import EXPECTED
+
 #: bytes of one pickle (a checkpoint's pickle takes about 100 bytes a tensor)
 MAX_PICKLE_BYTES = 8 << 20
 #: opcodes in all (about 33 a tensor): each builds at most one small object
@@ -85,6 +87,18 @@ ALLOWED_GLOBALS = {
     *(f"torch {name}" for name in STORAGE_DTYPES),
     *(f"torch {name}" for name in _DTYPE_NAMES),
 }
+
+
+#: storage classes of tensors that are never weights (gate.weight_dtypes): refused with what they hold
+_NOT_WEIGHT_STORAGES = {
+    "torch ComplexFloatStorage": "complex64",
+    "torch ComplexDoubleStorage": "complex128",
+    "torch.storage UntypedStorage": "float8, unsigned integer or other",
+}
+NOT_WEIGHTS = (
+    f"weights are {EXPECTED}, and tensors of another dtype (float8, integer, bool, complex) are refused, never "
+    f"cast: cast them to a float dtype and save the file again"
+)
 
 
 class Refused(Exception):
@@ -163,6 +177,11 @@ def scan(data: bytes, budget: list[int], label: str) -> int:
                     f"its {label} uses pickle memo slot {str(arg)[:20]}; expected one below {MAX_PICKLE_OPS:,}"
                 )
             if opcode.name == "GLOBAL" and arg not in ALLOWED_GLOBALS:  # (STACK_GLOBAL: see find_class)
+                if arg in _NOT_WEIGHT_STORAGES:
+                    raise Refused(
+                        f"it holds {_NOT_WEIGHT_STORAGES[arg]} tensors (torch writes them with "
+                        f"{arg.replace(' ', '.', 1)}); {NOT_WEIGHTS}"
+                    )
                 raise UnsafeGlobal(str(arg).replace(" ", ".", 1)[:200])
             if opcode.name == "STOP":
                 return (pos or 0) + 1
@@ -238,10 +257,7 @@ class RecordUnpickler(pickle.Unpickler):
 
     def _rebuild_tensor_v3(self, storage: Any, offset: Any, shape: Any, stride: Any, *rest: Any) -> TensorRecord:
         dtype = rest[2] if len(rest) > 2 else "?"
-        raise Refused(
-            f"it holds a tensor of dtype {_short(dtype)}, which this reader does not read "
-            f"(expected one of {', '.join(_DTYPE_NAMES)})"
-        )
+        raise Refused(f"it holds {_short(dtype).removeprefix('torch.')} tensors; {NOT_WEIGHTS}")
 
     def _rebuild_parameter(self, data: Any, *rest: Any) -> Any:
         if not isinstance(data, TensorRecord):

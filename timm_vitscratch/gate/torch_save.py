@@ -6,17 +6,23 @@ records are checked (:mod:`.checkpoints`): at most :data:`~.checkpoints.MAX_TENS
 view that stays inside its storage and stores each element once (no stride-0 expansion), every storage
 backed by exactly its bytes in the file, and all tensors together reading the stored bytes at most
 :data:`~.checkpoints.MAX_REUSE` times. Only then does ``torch.load(weights_only=True)`` run (memory-mapped
-for the zip format) on that same open file, and what it built must be what the records said.
+for the zip format) on that same open file, and what it built must be what the records said. A
+single-stream file is not given to ``torch.load``: its storages follow the pickle as raw records (an element
+count, then the bytes), so while they are checked the offset of each is noted, and
+:func:`open_legacy_torch_file` reads each tensor's bytes, and only those, when it is asked for.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import pickle
 import reprlib
+import sys
 import zipfile
+from collections import OrderedDict
 from typing import Any, BinaryIO
 
 import torch
@@ -35,6 +41,7 @@ from .torch_pickle import (
     MAX_PICKLE_BYTES,
     MAX_PICKLE_OPS,
     Incomplete,
+    Namespace,
     Refused,
     StorageRecord,
     TensorRecord,
@@ -51,6 +58,8 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_VERSION = 1001
 #: bytes of the small pickles before the single-stream format's main one (its magic number, version, sys info)
 _SMALL_PICKLE_BYTES = 1 << 20
+#: bytes read for a pickle at first (then four times more while it goes on, up to its bound)
+_FIRST_READ = 1 << 16
 
 
 def refused_to_unpickle(path: PathLike, name: str) -> str:
@@ -65,25 +74,133 @@ def load_torch_file(path: PathLike, error: ErrorType, zip_format: bool) -> Any:
     """What ``torch.save`` stored in ``path``, once its tensor records pass the bounds (see the module).
 
     ``argparse.Namespace`` (timm's train.py stores its ``args``) is the one object allowed besides tensors,
-    containers and plain values. Any refusal is ``error("<path>: ...")``.
+    containers and plain values. Any refusal is ``error("<path>: ...")``. A single-stream file is loaded
+    whole here; :func:`open_legacy_torch_file` reads one tensor at a time.
     """
     with open_checkpoint_file(path, error) as handle:
-        budget = new_budget()
-        try:
-            if zip_format:
-                tree, stored = _zip_records(handle, path, budget, error)
-            else:
-                tree, stored = _legacy_records(handle, path, budget, error)
-            records = list(walk(tree, TensorRecord, MAX_PICKLE_OPS))
-            check_ops_per_tensor(budget, len(records))
-        except UnsafeGlobal as err:
-            raise error(refused_to_unpickle(path, err.name)) from None
-        except Refused as err:
-            raise error(f"{path}: {err}") from None
-        _check_records(records, stored, path, error)
+        _, records, _ = _checked_records(handle, path, error, zip_format)
         loaded = _torch_load(handle, path, error, zip_format)
     _same_tensors(loaded, records, path, error)
     return loaded
+
+
+def open_legacy_torch_file(path: PathLike, error: ErrorType) -> LegacyTorchFile:
+    """A single-stream (``_use_new_zipfile_serialization=False``) ``torch.save`` file whose tensor records pass
+    the bounds, kept open to read one tensor at a time (:class:`LegacyTorchFile`); the caller closes it."""
+    if sys.byteorder != "little":  # torch writes the storages little-endian: let torch.load swap them
+        return LegacyTorchFile(load_torch_file(path, error, zip_format=False), None, {}, path, error)
+    handle = open_checkpoint_file(path, error)
+    try:
+        tree, _, offsets = _checked_records(handle, path, error, zip_format=False)
+        sources: dict[int, tuple[TensorRecord, int]] = {}
+        built = _placeholders(tree, sources, offsets, {})
+    except BaseException:
+        handle.close()
+        raise
+    return LegacyTorchFile(built, handle, sources, path, error)
+
+
+class LegacyTorchFile:
+    """What a single-stream ``torch.save`` file holds, its tensors as ``meta`` placeholders (shape and dtype,
+    no storage) in :attr:`tree`; :meth:`read` reads one placeholder's bytes, and only those, from the file
+    opened once (the storages follow the pickle, each as an element count and its raw little-endian bytes)."""
+
+    def __init__(
+        self,
+        tree: Any,
+        handle: BinaryIO | None,
+        sources: dict[int, tuple[TensorRecord, int]],
+        path: PathLike,
+        error: ErrorType,
+    ) -> None:
+        self.tree = tree
+        self._handle = handle
+        self._sources = sources  # id(placeholder) -> its record, and where its storage's bytes start
+        self._path = path
+        self._error = error
+
+    def read(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The tensor a placeholder of :attr:`tree` stands for, read from the file (a tensor itself if loaded)."""
+        source = self._sources.get(id(tensor))
+        if source is None or self._handle is None:
+            return tensor
+        record, start = source
+        dtype = record.storage.dtype
+        shape, stride = tuple(record.shape), tuple(record.stride)
+        if math.prod(shape) == 0:
+            return torch.empty(shape, dtype=dtype)
+        span = 1 + sum(step * (size - 1) for size, step in zip(shape, stride, strict=True))
+        data = bytearray(span * dtype.itemsize)  # the bytes this tensor reaches in its storage, no more
+        self._handle.seek(start + record.offset * dtype.itemsize)
+        view, got = memoryview(data), 0
+        while got < len(data):
+            count = self._handle.readinto(view[got:])
+            if not count:
+                raise self._error(
+                    f"{self._path}: the file ends inside the bytes of a tensor of shape {shape} (it changed while it "
+                    f"was read?)"
+                )
+            got += count
+        view.release()
+        return torch.frombuffer(data, dtype=torch.uint8).view(dtype).as_strided(shape, stride)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        self._sources = {}
+
+
+def _checked_records(
+    handle: BinaryIO, path: PathLike, error: ErrorType, zip_format: bool
+) -> tuple[Any, list[tuple[str, TensorRecord]], dict[str, int]]:
+    """The pickle's tree of records, its tensors in order, and (single-stream format) where each storage's
+    bytes start, once every record is within bounds."""
+    budget = new_budget()
+    offsets: dict[str, int] = {}
+    try:
+        if zip_format:
+            tree, stored = _zip_records(handle, path, budget, error)
+        else:
+            tree, stored = _legacy_records(handle, path, budget, error, offsets)
+        records = list(walk(tree, TensorRecord, MAX_PICKLE_OPS))
+        check_ops_per_tensor(budget, len(records))
+    except UnsafeGlobal as err:
+        raise error(refused_to_unpickle(path, err.name)) from None
+    except Refused as err:
+        raise error(f"{path}: {err}") from None
+    _check_records(records, stored, path, error)
+    return tree, records, offsets
+
+
+def _placeholders(
+    node: Any, sources: dict[int, tuple[TensorRecord, int]], offsets: dict[str, int], done: dict[int, Any]
+) -> Any:
+    """``node`` with each tensor record a ``meta`` tensor (noted in ``sources``) and each pickled Namespace an
+    ``argparse.Namespace``; containers shared in the pickle stay shared. Its nesting was bounded by ``walk``."""
+    if id(node) in done:
+        return done[id(node)]
+    built: Any
+    if isinstance(node, TensorRecord):
+        built = torch.empty_strided(tuple(node.shape), tuple(node.stride), dtype=node.storage.dtype, device="meta")
+        sources[id(built)] = (node, offsets[node.storage.key])
+    elif isinstance(node, dict):
+        built = type(node)() if isinstance(node, OrderedDict) else {}
+        for key, value in node.items():
+            built[key] = _placeholders(value, sources, offsets, done)
+    elif isinstance(node, list):
+        built = [_placeholders(value, sources, offsets, done) for value in node]
+    elif isinstance(node, tuple):
+        built = tuple(_placeholders(value, sources, offsets, done) for value in node)
+    elif isinstance(node, Namespace):
+        state = node.state if isinstance(getattr(node, "state", None), dict) else {}
+        built = argparse.Namespace()
+        for key, value in state.items():
+            if isinstance(key, str):
+                setattr(built, key, _placeholders(value, sources, offsets, done))
+    else:
+        return node
+    done[id(node)] = built
+    return built
 
 
 # --- the records, per format --------------------------------------------------------------------------
@@ -122,22 +239,31 @@ def _zip_records(handle: BinaryIO, path: PathLike, budget: list[int], error: Err
     return tree, stored
 
 
-def _legacy_records(handle: BinaryIO, path: PathLike, budget: list[int], error: ErrorType) -> tuple[Any, int]:
+def _legacy_records(
+    handle: BinaryIO, path: PathLike, budget: list[int], error: ErrorType, offsets: dict[str, int]
+) -> tuple[Any, int]:
     size = os.fstat(handle.fileno()).st_size
     position = 0
 
     def next_pickle(label: str, limit: int, legacy: bool = False) -> tuple[Any, Any]:
         nonlocal position
-        handle.seek(position)
-        chunk = handle.read(limit + 1)
-        try:
-            value, end, unpickler = unpickle(chunk[:limit], budget, label, legacy)
-        except Incomplete:
-            if len(chunk) > limit:
-                raise Refused(f"its {label} is longer than {limit:,} bytes; at most that many are read") from None
-            raise
-        position += end
-        return value, unpickler
+        cap = min(_FIRST_READ, limit)
+        while True:  # read as much as the pickle takes (at most limit), not limit each time
+            handle.seek(position)
+            chunk = handle.read(cap + 1)
+            trial = list(budget)  # a retry with more bytes scans the opcodes again: count them once
+            try:
+                value, end, unpickler = unpickle(chunk if cap < limit else chunk[:limit], trial, label, legacy)
+            except Incomplete:
+                if len(chunk) <= cap:  # the file ends here
+                    raise
+                if cap >= limit:
+                    raise Refused(f"its {label} is longer than {limit:,} bytes; at most that many are read") from None
+                cap = min(cap * 4, limit)
+                continue
+            budget[:] = trial
+            position += end
+            return value, unpickler
 
     magic, _ = next_pickle("first pickle", _SMALL_PICKLE_BYTES)
     if magic != LEGACY_MAGIC:
@@ -165,6 +291,7 @@ def _legacy_records(handle: BinaryIO, path: PathLike, budget: list[int], error: 
             raise Refused(
                 f"its storage {key!r} is stored with {count:,} elements, but its pickle says {record.numel:,}"
             )
+        offsets[str(key)] = position + 8
         position += 8 + nbytes
         if position > size:
             raise Refused(f"its storage {key!r} of {nbytes:,} bytes runs past the end of the file (truncated?)")

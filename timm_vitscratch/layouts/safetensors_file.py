@@ -11,6 +11,7 @@ import torch
 
 from ..errors import ConversionError
 from ..gate.safetensors_data import SAFETENSORS_DTYPES, SafetensorsData, safetensors_entries
+from ..gate.weight_dtypes import check_weight_dtypes
 from .checkpoint import KEY_PREFIXES, Checkpoint, Shape, gate_error
 from .page_release import release_mapped_range
 
@@ -36,12 +37,8 @@ class SafetensorsCheckpoint(Checkpoint):
         try:
             typed = {}
             for key, entry in self._data.entries.items():
-                if entry.dtype not in SAFETENSORS_DTYPES:
-                    raise ConversionError(
-                        f"tensor {key!r} has dtype {entry.dtype}, which is not supported "
-                        f"(expected one of {', '.join(SAFETENSORS_DTYPES)})",
-                        path,
-                    )
+                if entry.dtype not in SAFETENSORS_DTYPES:  # float8, unsigned: never a weight (gate.weight_dtypes)
+                    check_weight_dtypes([(key, entry.dtype)], "", lambda m: ConversionError(m, path))
                 typed[key] = (entry.shape, SAFETENSORS_DTYPES[entry.dtype])
             self._set_entries(typed, KEY_PREFIXES)
         except BaseException:

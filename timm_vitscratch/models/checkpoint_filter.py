@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..errors import ConversionError, listed
+from ..gate.weight_dtypes import check_weight_dtypes
 from ..layouts import LAYOUTS, Layout, StateDictCheckpoint, detect_layout, open_checkpoint
 from ..layouts.keymap import available
 from .layers import normal_init_
@@ -252,18 +253,10 @@ def _check_representation(
 
 
 def check_floating(state_dict: Mapping[str, Any], label: str = "checkpoint") -> None:
-    """Weights must be floating point: an int8 or bool tensor would be cast to the model's dtype silently."""
-    odd = [
-        f"{k} ({str(v.dtype).replace('torch.', '')})"
-        for k, v in state_dict.items()
-        if isinstance(v, torch.Tensor) and not v.is_floating_point()
-    ]
-    if odd:
-        raise ConversionError(
-            f"cannot load this {label}: {listed(odd, 3, quote=False)} "
-            f"{'is' if len(odd) == 1 else 'are'} not floating point; weights are float32, float16, "
-            f"bfloat16 or float64 (cast to the model's dtype on load)"
-        )
+    """Weights must be float32, float16, bfloat16 or float64 (the gate's one rule, ``gate.weight_dtypes``): a float8,
+    int8, bool or complex tensor would be cast to the model's dtype silently."""
+    tensors = ((k, v.dtype) for k, v in state_dict.items() if isinstance(v, torch.Tensor))
+    check_weight_dtypes(tensors, f"cannot load this {label}", ConversionError)
 
 
 def remap_on_load(

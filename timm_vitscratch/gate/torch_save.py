@@ -134,7 +134,7 @@ class LegacyTorchFile:
         self._handle.seek(start + record.offset * dtype.itemsize)
         view, got = memoryview(data), 0
         while got < len(data):
-            count = self._handle.readinto(view[got:])
+            count = self._handle.readinto(view[got:])  # type: ignore[attr-defined]  # an open() in "rb" mode
             if not count:
                 raise self._error(
                     f"{self._path}: the file ends inside the bytes of a tensor of shape {shape} (it changed while it "
@@ -192,8 +192,9 @@ def _placeholders(
     elif isinstance(node, tuple):
         built = tuple(_placeholders(value, sources, offsets, done) for value in node)
     elif isinstance(node, Namespace):
-        state = node.state if isinstance(getattr(node, "state", None), dict) else {}
+        state = getattr(node, "state", None)
         built = argparse.Namespace()
+        state = state if isinstance(state, dict) else {}
         for key, value in state.items():
             if isinstance(key, str):
                 setattr(built, key, _placeholders(value, sources, offsets, done))

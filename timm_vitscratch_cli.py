@@ -170,10 +170,11 @@ def _hub_failure(error: BaseException, repo_id: str, revision: str | None) -> in
 
 
 def _error(message: str) -> int:
-    """The one error line, in the CLI's words (``--force`` where the library says ``force=True``); exit 2."""
-    from timm_vitscratch.errors import in_cli_words
+    """The one error line, in the CLI's words (``--force`` where the library says ``force=True``), every
+    control character in it escaped (a name or path from the command line, a file or the Hub); exit 2."""
+    from timm_vitscratch.errors import in_cli_words, terminal_safe
 
-    print(f"{PROG}: error: {in_cli_words(message)}", file=sys.stderr)
+    print(f"{PROG}: error: {terminal_safe(in_cli_words(message))}", file=sys.stderr)
     return 2
 
 
@@ -307,7 +308,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         if self.required_hint and message.startswith("the following arguments are required"):
             message = f"{message} ({self.required_hint})"
-        super().error(message)
+        # argparse quotes what it echoes with repr() mostly; escape the rest (no package import: --help stays light)
+        super().error("".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in message))
 
 
 def _positive_int(what: str) -> Callable[[str], int]:
@@ -536,7 +538,9 @@ def _show_warning(
 ) -> None:
     """The package's own warnings (NaN weights, ...) as one line a person reads; others as Python shows them."""
     if category.__module__.startswith("timm_vitscratch"):
-        print(f"{PROG}: warning: {message}", file=sys.stderr)
+        from timm_vitscratch.errors import terminal_safe
+
+        print(f"{PROG}: warning: {terminal_safe(str(message))}", file=sys.stderr)
     else:
         _python_show_warning(message, category, filename, lineno, file, line)
 

@@ -74,6 +74,15 @@ def in_cli_words(message: str) -> str:
     return message
 
 
+def terminal_safe(text: str) -> str:
+    """``text`` with every character a terminal would act on (ESC and the other C0 / C1 controls, DEL, and the
+    unprintable others, such as bidirectional overrides) written as ``repr`` writes it (``\\x1b``), so that
+    no name or path from the command line, a file or the Hub reaches a terminal raw. Newlines and tabs stay."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
 def listed(items: Iterable[object], limit: int = 5, sep: str = ", ", quote: bool = True) -> str:
     """The first ``limit`` items (``repr`` when ``quote``), then how many there are in all: a message stays
     short however many keys or tensors are wrong."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -139,7 +140,9 @@ def _attention_mistake(image: str, model: str, out: str) -> str | None:
 
 def _cmd_attention(args: argparse.Namespace) -> int:
     out = args.out or f"{Path(args.image).stem}.attention.png"
-    mistake = _attention_mistake(args.image, args.model, out)
+    # a missing plots extra is the library's to tell first (its one message); find_spec imports nothing
+    extras = all(importlib.util.find_spec(name) is not None for name in ("matplotlib", "PIL"))
+    mistake = _attention_mistake(args.image, args.model, out) if extras else None
     if mistake is not None:  # said before the package (and torch) is imported; names are shown by repr()
         print(f"{PROG}: error: {mistake}", file=sys.stderr)
         return 2

@@ -13,7 +13,6 @@ import torchvision
 from timm.models import get_pretrained_cfg
 
 import timm_vitscratch  # noqa: F401  (registers the zoo)
-from timm_vitscratch.models.checkpoint_filter import NAFLEXVIT_MARKER, from_naflexvit
 from timm_vitscratch.models.pretrained import (
     TIMM_TAGS,
     TORCHVISION_TAGS,
@@ -50,9 +49,7 @@ def test_timm_tag_is_timms_repo_and_preprocessing(tag):
     with torch.device("meta"):
         reference = timm.create_model(TIMM_TAGS[tag])
         model = timm.create_model(tag)
-    state = reference.state_dict()
-    if NAFLEXVIT_MARKER in state:  # timm's NaFlexVit: its embedding's tensors in the classic names and shapes
-        state = from_naflexvit(state, model)
+    state = reference.state_dict()  # timm's NaFlexVit too: the SigLIP 2 NaFlex rows hold its names (naflex_embeds)
     assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in state.items()}
 
 

@@ -88,14 +88,13 @@ def hf_dinov3(gated: bool, biases: bool = True, **kwargs: object) -> nn.Module:
         num_hidden_layers=DEPTH,
         num_attention_heads=4,
         intermediate_size=128,
-        num_register_tokens=4,
         use_gated_mlp=gated,
         hidden_act="silu" if gated else "gelu",
         image_size=224,
         patch_size=16,
         query_bias=biases,
         value_bias=biases,
-        **kwargs,
+        **{"num_register_tokens": 4, **kwargs},
     )
     return randomize(transformers.DINOv3ViTModel(config))
 
@@ -316,6 +315,23 @@ def test_transformers_dinov3_converts_verified_both_namings(tmp_path, gated, bia
     assert any(k.startswith("model.layer.0.") for k in source.state_dict())
     convert(tmp_path / "current.safetensors", tmp_path / "out2", num_heads=4)
     assert hf_diff(source, ours_from(tmp_path / "out2"), SIZES[1]) <= TOL
+
+
+def test_transformers_dinov3_without_register_tokens_converts_and_exports_back(tmp_path):
+    """num_register_tokens=0: transformers holds an empty (1, 0, D) table; ours builds no register token, and the
+    export writes the empty table back."""
+    source = hf_dinov3(False, num_register_tokens=0)
+    source.save_pretrained(tmp_path / "hub")
+    result = convert(tmp_path / "hub", tmp_path / "out", verify=True, strict=True)
+    assert result.model_args["reg_tokens"] == 0 and result.verification.confirmed
+    assert "embeddings.register_tokens" in result.dropped
+    assert max(hf_diff(source, ours_from(tmp_path / "out"), size) for size in SIZES) <= TOL
+    export(tmp_path / "out", "transformers", tmp_path / "back")
+    back = transformers.DINOv3ViTModel.from_pretrained(tmp_path / "back").eval()
+    assert back.embeddings.register_tokens.shape == (1, 0, 64)
+    x = images(SIZES[1])
+    with torch.no_grad():
+        assert torch.equal(back(pixel_values=x).last_hidden_state, source(pixel_values=x).last_hidden_state)
 
 
 @pytest.mark.parametrize(

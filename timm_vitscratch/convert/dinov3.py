@@ -65,8 +65,7 @@ def dinov3_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
         )
     check_ranks(shapes)
     options: dict[str, Any] = dict(FAMILY)
-    if "reg_token" in shapes:
-        options["reg_tokens"] = shapes["reg_token"][1]
+    options["reg_tokens"] = shapes["reg_token"][1] if "reg_token" in shapes else 0  # none held: none built
     options["init_values"] = (
         ARCHITECTURES["scratch_dinov3_s16"]["init_values"] if "blocks.0.gamma_1" in shapes else None
     )

@@ -188,7 +188,9 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         if "cls_token" not in keys:
             return siglip2_export_map(arch.depth, "attn_pool.latent" in keys)
         if arch.options.get("eva_names"):  # DINOv3
-            return dinov3_export_map(arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys)
+            return dinov3_export_map(
+                arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys, "reg_token" in keys
+            )
         packed = bool(arch.options.get("swiglu_mlp")) and "blocks.0.mlp.fc1_g.weight" not in keys
         return dinov2_export_map(keys, arch.depth, packed, bool(arch.options.get("no_embed_class")))
 

@@ -77,10 +77,13 @@ def dinov3_key_map(keys: set[str], depth: int) -> KeyMap:
 
 
 def dinov3_ignorable_keys(checkpoint: Checkpoint) -> set[str]:
-    """The mask token (and the rotary's ``inv_freq`` buffer, were it saved); q / v biases when all are zero.
+    """The mask token (and the rotary's ``inv_freq`` buffer, were it saved), an empty register table; q / v biases
+    when all are zero.
     Refuses a non-zero key bias."""
     keys = set(checkpoint.keys())
     ignored = {k for k in keys if k in ("embeddings.mask_token", "rope_embeddings.inv_freq")}
+    if "embeddings.register_tokens" in keys and 0 in checkpoint.shape("embeddings.register_tokens"):
+        ignored.add("embeddings.register_tokens")  # num_register_tokens=0: an empty table, no register tokens
     for key in sorted(k for k in keys if k.endswith("attention.k_proj.bias")):
         if bool(checkpoint.tensor(key).any()):
             raise ConversionError(
@@ -95,12 +98,18 @@ def dinov3_ignorable_keys(checkpoint: Checkpoint) -> set[str]:
     return ignored
 
 
-def dinov3_export_map(depth: int, gated: bool, has_qv_bias: bool) -> KeyMap:
+def no_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """An empty table of the tensor's width: ``(1, 0, D)`` from the class token ``(1, 1, D)``."""
+    return tensor[:, :0].contiguous()
+
+
+def dinov3_export_map(depth: int, gated: bool, has_qv_bias: bool, has_registers: bool = True) -> KeyMap:
     """A DINOv3ViTModel's names (as ``save_pretrained`` writes them) <- ours."""
     rules: KeyMap = {
         "embeddings.cls_token": Rule.rename("cls_token"),
         "embeddings.mask_token": Rule(("cls_token",), zeros_like),  # pre-training only; transformers' own init
-        "embeddings.register_tokens": Rule.rename("reg_token"),
+        # num_register_tokens=0: transformers still holds the (1, 0, D) table
+        "embeddings.register_tokens": Rule.rename("reg_token") if has_registers else Rule(("cls_token",), no_rows),
     }
     weight_and_bias(rules, "embeddings.patch_embeddings", "patch_embed.proj")
     for i in range(depth):

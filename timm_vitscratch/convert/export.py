@@ -22,6 +22,7 @@ from ..model_dir import CONFIG_NAME, WEIGHTS_NAME, check_model_directory, weight
 from ..models.architecture import Arch, describe_model
 from ..tensor_writer import TensorSpec, write_npz, write_safetensors, write_torch
 from .formats import FORMATS
+from .image_processors import export_image_processor
 from .plan import meta_output, parse_dtype
 from .shape_inference import variant_args
 
@@ -122,6 +123,7 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
     arch = replace(describe_model(model), options=args)  # its options: what the target's key map may ask
     if fmt.export_directory:
         target_config, notes = fmt.export_config(arch, args)
+        processor = export_image_processor(arch, args, config.get("pretrained_cfg") or {})
     else:
         notes = _classic_checks(model, arch, args, to, fmt.library)
     expected = model.state_dict()
@@ -154,7 +156,7 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
         added = [path for path in added if not os.path.lexists(path)]
         try:
             if fmt.export_directory:
-                _write_directory(out, target_config, specs, produce, recorded)
+                _write_directory(out, target_config, processor, specs, produce, recorded)
                 written = [where / n for n in export_license_files(recorded)]
             else:
                 written = write_license_files(where, recorded, prefix, export=True)
@@ -202,14 +204,21 @@ def _refuse_occupied(out: Path) -> None:
 
 
 def _write_directory(
-    out: Path, config: Any, specs: list[TensorSpec], produce: Callable[[TensorSpec], torch.Tensor], recorded: Any
+    out: Path,
+    config: Any,
+    processor: Any,
+    specs: list[TensorSpec],
+    produce: Callable[[TensorSpec], torch.Tensor],
+    recorded: Any,
 ) -> None:
-    """``config.json`` (the target library's config, saved by it), ``model.safetensors`` (streamed) and the
-    license text the weights' license requires, into a directory staged beside ``out`` and swapped in whole."""
+    """``config.json`` and ``preprocessor_config.json`` (the target library's, saved by it), ``model.safetensors``
+    (streamed) and the license text the weights' license requires, into a directory staged beside ``out`` and
+    swapped in whole."""
     out.parent.mkdir(parents=True, exist_ok=True)
     started = starting_point(out)
     with staged(out, directory=True) as stage:
         config.save_pretrained(stage)
+        processor.save_pretrained(stage)
         write_license_files(stage, recorded, export=True)
         write_safetensors(stage / WEIGHTS_NAME, specs, produce, metadata={"format": "pt"})
         install(stage, out, started, only_into_empty=True)

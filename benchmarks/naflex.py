@@ -83,6 +83,8 @@ def measure(args, variant: str) -> list[dict[str, Any]]:
     models = build_models(variant, args.device)
     records = []
     for (seq_len, padding), grids in GRIDS.items():
+        if seq_len not in args.seq_lens:
+            continue
         batch = naflex_batch(grids, seq_len, args.device, VARIANTS[variant][2])
         valid = int(batch["patch_valid"].sum())
         labels = torch.arange(len(grids), device=args.device) % 1000
@@ -190,6 +192,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--device", type=torch.device, default=torch.device("cuda" if torch.cuda.is_available() else "cpu")
     )
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    lengths = sorted({seq_len for seq_len, _ in GRIDS})
+    parser.add_argument(
+        "--seq-lens", nargs="+", type=int, default=lengths, choices=lengths, help="sequence lengths to measure"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds per measurement")
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds one timed sample lasts at least")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="folder of the results file")

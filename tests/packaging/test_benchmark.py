@@ -142,12 +142,15 @@ def test_cpu_clock_needs_one_thread():
 def test_naflex_benchmark_runs_end_to_end(tmp_path):
     """The packed-against-padded NaFlex benchmark writes its JSON and prints its table (no timing checks)."""
     command = [sys.executable, str(ROOT / "benchmarks" / "naflex.py"), "--variants", "ti16", "--repeats", "1"]
+    command += ["--seq-lens", "256"]  # the shorter of the two: both paddings, both kinds, every contestant
     command += ["--min-time", "0", "--threads", "1", "--out", str(tmp_path), "--name", "smoke"]
     done = time_limits.run(command, capture_output=True, text=True, quiet_seconds=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "smoke.json").read_text())
     assert result["machine"]["clock"] == "wall" and result["records"]
-    assert {r["kind"] for r in result["records"]} == {"infer", "train"}
+    assert {r["kind"] for r in result["records"]} == {"infer", "train"} and {
+        r["seq_len"] for r in result["records"]
+    } == {256}
     assert all(
         min(r["median"].values()) > 0 and set(r["median"]) == {"ours", "ours-padded", "timm"} for r in result["records"]
     )

@@ -16,6 +16,7 @@ model reads either through one name.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -75,7 +76,7 @@ class NaFlexEmbeds(nn.Module):
     ) -> None:
         """``init_tokens``: draw the tokens and the table when built, as timm's does (not on ``meta``)."""
         super().__init__()
-        dd = {"device": device, "dtype": dtype}
+        dd: dict[str, Any] = {"device": device, "dtype": dtype}
         if in_chans < 1:
             raise ValueError(f"in_chans must be >= 1, got {in_chans}")
         self.in_chans = in_chans

@@ -239,7 +239,11 @@ def test_round_trip_ours_transformers_ours(tmp_path, capsys, form):
     ours1 = ours_from(tmp_path / "ours1")
     assert cli_main(["export", str(tmp_path / "ours1"), "--to", "transformers", str(tmp_path / "hf2")]) == 0
     assert capsys.readouterr().out.strip().endswith(f"transformers layout) from {FORMS[form][3]}")
-    assert sorted(p.name for p in (tmp_path / "hf2").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "hf2").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "preprocessor_config.json",
+    ]
     back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
     assert type(back) is type(hf)
     second = convert(tmp_path / "hf2", tmp_path / "ours2", verify=True, strict=True)
@@ -329,7 +333,7 @@ def test_the_license_travels_as_for_every_export(tmp_path):
         assert config_of(directory)["pretrained_cfg"]["license"] == license_id
         result = export(directory, "transformers", tmp_path / license_id / "hf")
         names = sorted(p.name for p in (tmp_path / license_id / "hf").iterdir())
-        assert names == sorted(["config.json", "model.safetensors", *files])
+        assert names == sorted(["config.json", "model.safetensors", "preprocessor_config.json", *files])
         assert result.license_file == tmp_path / license_id / "hf" / "LICENSE.md"
         assert result.license_text == (license_id == "dinov3-license")
         print(f"{license_id}: export to transformers writes {', '.join(names)}")

@@ -178,7 +178,11 @@ def test_export_to_transformers_writes_a_siglip2_vision_model_and_the_round_trip
     convert(tmp_path / "hf", tmp_path / "ours1")
     assert main(["export", str(tmp_path / "ours1"), "--to", "transformers", str(tmp_path / "hf2")]) == 0
     assert "wrote" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "hf2").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "hf2").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "preprocessor_config.json",
+    ]
     back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
     assert type(back).__name__ == "Siglip2VisionModel"
     again = convert(tmp_path / "hf2", tmp_path / "ours2", verify=True, strict=True)

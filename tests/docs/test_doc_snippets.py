@@ -133,7 +133,7 @@ RUN: dict[str, StandIn] = {
         replace=(('_ft_in1k", pretrained=True', '_ft_in1k", pretrained=False'),)  # the tag's weights: network
     ),
     "README.md: vitscratch convert ~/.cache/torch/hub/checkpoints/vit_b_16-c867db91.pth out/vit_b16 --verify "
-    "--num-heads 12": StandIn(),
+    "--num-heads 12 --license bsd-3-clause": StandIn(),
     "README.md: vitscratch push out/vit_b16 ORG/scratch_vit_b16.tv_in1k": StandIn(),
     "README.md: vitscratch summary scratch_vit_b16 --num-classes 5": StandIn(),
     # docs/conversion.md: each file is a tiny one of the format the page names
@@ -227,7 +227,7 @@ RUN: dict[str, StandIn] = {
     "docs/pretrained.md: import timm": StandIn(replace=(("pretrained=True", 'pretrained=False, device="meta"'),)),
     # docs/training.md: the checkpoint train.py would have written, tiny
     "docs/training.md: vitscratch convert runs/hfhub/model_best.pth.tar out/shapes3 --ema --verify": StandIn(),
-    "docs/training.md: vitscratch push out/shapes3 me/scratch_vit_ti16.shapes3": StandIn(),
+    "docs/training.md: vitscratch push out/shapes3 me/scratch_vit_ti16.shapes3 --license apache-2.0": StandIn(),
 }
 #: the conversion page's commands on the files its families' authors publish: the checked block of each section runs
 #: the same command on a tiny file of that format (tests/docs/test_doc_blocks.py)

@@ -21,7 +21,7 @@ sys.modules["fcntl"] = None  # `import fcntl` now raises ImportError, in every m
 from timm_vitscratch.cli import main
 
 source, model, out, repo = sys.argv[1:]
-for argv in (["convert", source, model], ["convert", source, model], ["push", model, repo], ["pull", repo, out],
+for argv in (["convert", source, model], ["convert", source, model], ["push", model, repo, "--license", "apache-2.0"], ["pull", repo, out],
              ["pull", "--force", repo, out]):
     if main(argv) != 0:
         sys.exit(f"vitscratch {' '.join(argv)} failed")

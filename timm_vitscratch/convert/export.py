@@ -154,12 +154,14 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
         # the license texts this export adds beside a file ``out``: removed again if ``out`` cannot be written
         added = [] if fmt.export_directory else [where / n for n in export_license_files(recorded, prefix)]
         added = [path for path in added if not os.path.lexists(path)]
+        installed: dict[Path, tuple[int, int]] = {}  # the license files this export put in place: (device, inode)
         try:
             if fmt.export_directory:
                 _write_directory(out, target_config, processor, specs, produce, recorded)
                 written = [where / n for n in export_license_files(recorded)]
             else:
                 written = write_license_files(where, recorded, prefix, export=True)
+                installed = {path: _file_identity(path) for path in written}
                 if suffix == ".safetensors":
                     write_safetensors(out, specs, produce)
                 elif suffix == ".npz":
@@ -167,8 +169,11 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
                 else:
                     write_torch(out, specs, produce)
         except BaseException as err:
-            for path in added:  # no license text left behind for weights that were not written
-                path.unlink(missing_ok=True)
+            # no license text left behind for weights that were not written; but one that another writer put
+            # in place, or that stands beside weights another writer installed meanwhile, stays with them
+            for path in added:
+                if not os.path.lexists(out) and path in installed and _file_identity(path) == installed[path]:
+                    path.unlink(missing_ok=True)
             if isinstance(err, ConcurrentWriteError):
                 raise ConversionError(str(err)) from None
             cause = _failed_write(err) if isinstance(err, (OSError, RuntimeError)) else None
@@ -177,6 +182,15 @@ def export(model_dir: PathLike, to: str, out: PathLike, dtype: str | torch.dtype
             raise ConversionError(f"cannot write the export: {cause.strerror or cause}", out) from None
     text = bool(license_files(recorded))
     return ExportResult(out, to, name, len(specs), notes, written[0] if written else None, text)
+
+
+def _file_identity(path: Path) -> tuple[int, int]:
+    """(device, inode) of a file, or (-1, -1) where there is none: which file stands at ``path`` now."""
+    try:
+        found = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return (-1, -1)
+    return (found.st_dev, found.st_ino)
 
 
 def _classic_checks(model: torch.nn.Module, arch: Arch, args: dict[str, Any], to: str, library: str) -> list[str]:

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 PROG = "vitscratch"
 MODEL_HELP = (
@@ -551,9 +551,27 @@ def _show_warning(
 _python_show_warning = warnings.showwarning
 
 
+class _TerminalSafeOutput:
+    """A command's standard output, with every character a terminal would act on escaped as its errors are
+    (``errors.terminal_safe``): a name or path echoed in a result line (``wrote ...``) reaches no terminal raw."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        from timm_vitscratch.errors import terminal_safe  # a command has imported the package by now
+
+        return self.stream.write(terminal_safe(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.showwarning = _show_warning
+    stdout = sys.stdout
+    sys.stdout = _TerminalSafeOutput(stdout)
     try:
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, where it is handled, not at exit
@@ -562,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         return _quiet_closed_pipe()
     except (ValueError, OSError) as err:
         return _error(str(err))
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

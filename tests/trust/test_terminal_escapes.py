@@ -43,3 +43,20 @@ def test_names_with_escapes_are_shown_escaped(argv, tmp_path, capsys, monkeypatc
     assert "error" in text
     assert not any(c in text for c in "\x1b\x07\x9b\u202e"), text
     assert "\\x1b" in text
+
+
+def test_result_lines_echo_paths_escaped(tmp_path, capsys, monkeypatch):
+    """A command that succeeds echoes the paths it was given (``wrote ...``): escaped too, as in its errors."""
+    from safetensors.torch import save_file
+
+    from tests.support.sources import timm_vit
+
+    monkeypatch.chdir(tmp_path)
+    save_file(timm_vit().state_dict(), "vit.safetensors")
+    out = "out\x1b]0;pwned\x07"
+    assert main(["convert", "vit.safetensors", out, "--num-heads", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "\x1b" not in printed and "\x07" not in printed and "wrote out\\x1b]0;pwned\\x07/model.safetensors" in printed
+    )
+    assert (tmp_path / out / "model.safetensors").is_file()  # the path itself is the one given

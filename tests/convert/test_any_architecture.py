@@ -104,8 +104,13 @@ def test_config_is_timms_save_config_for_hf_and_keeps_labels_and_preprocessing(t
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["label_names"] == ["cat", "dog", "owl"]
     # the same model: these weights are not the variant's default tag, so its cfg carries no tag provenance
+    # (and a licence the source names none of: recorded as unknown)
     same = timm.create_model(
-        "scratch_vit_ti16", depth=2, img_size=64, num_classes=3, pretrained_cfg_overlay=dict.fromkeys(TAG_PROVENANCE)
+        "scratch_vit_ti16",
+        depth=2,
+        img_size=64,
+        num_classes=3,
+        pretrained_cfg_overlay={**dict.fromkeys(TAG_PROVENANCE), "license": "unknown"},
     )
     save_config_for_hf(same, tmp_path / "timm.json", model_config={"label_names": ["cat", "dog", "owl"]})
     timms = json.loads((tmp_path / "timm.json").read_text())

@@ -154,7 +154,7 @@ def test_meta_conversion_and_its_exports_carry_the_dinov3_license_text(tmp_path)
     to_hf = export(tmp_path / "out", "transformers", tmp_path / "hf")
     assert to_hf.license_file == tmp_path / "hf" / text.file_name and to_hf.license_file.read_bytes() == text.read()
     assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == sorted(
-        ["config.json", "model.safetensors", text.file_name]
+        ["config.json", "model.safetensors", "preprocessor_config.json", text.file_name]
     )
     to_timm = export(tmp_path / "out", "timm", tmp_path / "eva.safetensors")
     assert to_timm.license_file == tmp_path / f"eva.safetensors.{text.file_name}"

@@ -27,8 +27,7 @@ from timm_vitscratch.inspect.counts import (
 )
 from timm_vitscratch.inspect.render import zoo_table
 from timm_vitscratch.models.build import build_on_meta
-from timm_vitscratch.models.checkpoint_filter import NAFLEXVIT_NAMES
-from timm_vitscratch.models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES, SIGLIP2_NAFLEX_TIMM_NAMES, TIMM_NAMES
+from timm_vitscratch.models.variants import ARCHITECTURES, DINOV3_TIMM_NAMES, TIMM_NAMES
 
 CLASSIC = sorted(n for n in ARCHITECTURES if n not in TIMM_NAMES)
 
@@ -133,19 +132,15 @@ def test_analytic_count_and_breakdown(name, num_classes):
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 @pytest.mark.parametrize("num_classes", [None, 1000])
 def test_family_counts_equal_timm_on_meta(name, num_classes):
-    """True and torchsummary counts of each DINOv2 / DINOv3 / SigLIP / EVA02 / PE variant against timm's model of the
-    same architecture, built on meta. timm's NaFlexVit names its embedding's tensors by its ``embeds`` module, and
-    holds them in other shapes (a Linear patch projection, a (1, H, W, D) table): those are compared by size."""
+    """True and torchsummary counts of each DINOv2 / DINOv3 / SigLIP / SigLIP 2 NaFlex / EVA02 / PE variant against
+    timm's model of the same architecture, built on meta: the same parameters, by name and shape."""
     ours = build_on_meta(name, **({} if num_classes is None else dict(num_classes=num_classes)))
     theirs = timm_reference(name, ours.num_classes)
-    renamed = NAFLEXVIT_NAMES if name in SIGLIP2_NAFLEX_TIMM_NAMES else {}
-    assert [(n, p.numel() if n in renamed.values() else p.shape) for n, p in ours.named_parameters()] == [
-        (renamed.get(n, n), p.numel() if n in renamed else p.shape) for n, p in theirs.named_parameters()
-    ]
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == [(n, p.shape) for n, p in theirs.named_parameters()]
     assert true_param_count(ours) == true_param_count(theirs)
     assert reference_param_count(name, ours.num_classes) == (f"timm {TIMM_NAMES[name]}", true_param_count(ours))
     # the same rule over timm's modules: its Eva hides the same parameters from torchsummary
-    assert hidden_parameters(ours) == {renamed.get(n, n): c for n, c in hidden_parameters(theirs).items()}
+    assert hidden_parameters(ours) == hidden_parameters(theirs)
     assert leaf_module_param_count(ours) == leaf_module_param_count(theirs)
     assert torchvision_reference(name) is None
 

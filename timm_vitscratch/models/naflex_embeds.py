@@ -15,7 +15,6 @@ model reads either through one name.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -24,7 +23,7 @@ from timm.layers import resample_patch_embed
 from torch import nn
 
 from .layers import to_2tuple
-from .patch_embed import _resize_pinv, check_image_shape
+from .patch_embed import PatchGrid, _resize_pinv, check_image_shape
 from .position import PositionEncoding
 
 
@@ -51,7 +50,7 @@ def kernel_to_linear(kernel: torch.Tensor, channels_last: bool) -> torch.Tensor:
     return kernel.reshape(kernel.shape[0], -1)
 
 
-class NaFlexEmbeds(nn.Module):
+class NaFlexEmbeds(PatchGrid, nn.Module):
     """timm's ``NaFlexEmbeds`` (Linear projection, learned or no table): names, tensors, forward (see the module)."""
 
     def __init__(
@@ -107,28 +106,6 @@ class NaFlexEmbeds(nn.Module):
                     nn.init.normal_(token, std=std)
 
     # --- what a patch embedding answers -------------------------------------------------------
-    def _set_img_size(self, img_size: int | tuple[int, int]) -> None:
-        self.img_size = to_2tuple(img_size, "img_size")
-        for axis, (size, patch) in enumerate(zip(self.img_size, self.patch_size, strict=False)):
-            if patch < 1 or size < patch or (size % patch and not self.dynamic_img_pad):
-                side = "height" if axis == 0 else "width"
-                raise ValueError(
-                    f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}: "
-                    f"image {side} {size} must be a positive multiple of patch {side} {patch}"
-                )
-        self.grid_size = self.dynamic_feat_size(self.img_size)
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
-
-    def feat_ratio(self, as_scalar: bool = True) -> tuple[int, int] | int:
-        """How much smaller the patch grid is than the image: the patch size (its larger side as a scalar)."""
-        return max(self.patch_size) if as_scalar else self.patch_size
-
-    def dynamic_feat_size(self, img_size: tuple[int, int]) -> tuple[int, int]:
-        """Patch grid (rows, columns) for an image of ``img_size`` (padded up with ``dynamic_img_pad``)."""
-        if self.dynamic_img_pad:
-            return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
-        return img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1]
-
     def table(self) -> torch.Tensor | None:
         """The position table as the model's position encoding reads it: (1, H * W, D), a view."""
         return None if self.pos_embed is None else self.pos_embed.flatten(1, 2)

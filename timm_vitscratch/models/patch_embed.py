@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,39 @@ def _resize_pinv(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
     return resample_patch_embed(basis, list(new)).reshape(old[0] * old[1], new[0] * new[1])
 
 
-class PatchEmbed(nn.Module):
+class PatchGrid:
+    """The patch grid an image size makes, as timm's patch embeddings answer it: ``img_size``, ``grid_size``,
+    ``num_patches``, ``feat_ratio()`` and ``dynamic_feat_size()``; for every patch embedding here. The class sets
+    ``patch_size`` and ``dynamic_img_pad`` before it calls ``_set_img_size``."""
+
+    if TYPE_CHECKING:  # declared for type checkers only: TorchScript cannot read class-level annotations here
+        patch_size: tuple[int, int]
+        dynamic_img_pad: bool
+
+    def _set_img_size(self, img_size: int | tuple[int, int]) -> None:
+        self.img_size = to_2tuple(img_size, "img_size")
+        for axis, (size, patch) in enumerate(zip(self.img_size, self.patch_size, strict=False)):
+            if patch < 1 or size < patch or (size % patch and not self.dynamic_img_pad):
+                side = "height" if axis == 0 else "width"
+                raise ValueError(
+                    f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}: "
+                    f"image {side} {size} must be a positive multiple of patch {side} {patch}"
+                )
+        self.grid_size = self.dynamic_feat_size(self.img_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+
+    def feat_ratio(self, as_scalar: bool = True) -> tuple[int, int] | int:
+        """How much smaller the patch grid is than the image: the patch size (its larger side as a scalar)."""
+        return max(self.patch_size) if as_scalar else self.patch_size
+
+    def dynamic_feat_size(self, img_size: tuple[int, int]) -> tuple[int, int]:
+        """Patch grid (rows, columns) for an image of ``img_size`` (padded up with ``dynamic_img_pad``)."""
+        if self.dynamic_img_pad:
+            return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
+        return img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1]
+
+
+class PatchEmbed(PatchGrid, nn.Module):
     """Image to patch tokens with one strided convolution, in timm's layouts and with timm's attributes.
 
     (B, C, H, W) -> (B, H/p * W/p, D) tokens (``flatten``), or with ``output_fmt`` the patch grid in
@@ -102,28 +135,6 @@ class PatchEmbed(nn.Module):
             dtype=dtype,
         )
         self.norm = nn.Identity()
-
-    def _set_img_size(self, img_size: int | tuple[int, int]) -> None:
-        self.img_size = to_2tuple(img_size, "img_size")
-        for axis, (size, patch) in enumerate(zip(self.img_size, self.patch_size, strict=False)):
-            if patch < 1 or size < patch or (size % patch and not self.dynamic_img_pad):
-                side = "height" if axis == 0 else "width"
-                raise ValueError(
-                    f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}: "
-                    f"image {side} {size} must be a positive multiple of patch {side} {patch}"
-                )
-        self.grid_size = self.dynamic_feat_size(self.img_size)
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
-
-    def feat_ratio(self, as_scalar: bool = True) -> tuple[int, int] | int:
-        """How much smaller the patch grid is than the image: the patch size (its larger side as a scalar)."""
-        return max(self.patch_size) if as_scalar else self.patch_size
-
-    def dynamic_feat_size(self, img_size: tuple[int, int]) -> tuple[int, int]:
-        """Patch grid (rows, columns) for an image of ``img_size`` (padded up with ``dynamic_img_pad``)."""
-        if self.dynamic_img_pad:
-            return math.ceil(img_size[0] / self.patch_size[0]), math.ceil(img_size[1] / self.patch_size[1])
-        return img_size[0] // self.patch_size[0], img_size[1] // self.patch_size[1]
 
     def set_input_size(
         self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None

@@ -84,12 +84,8 @@ def test_a_random_init_card_states_no_license():
 
 
 # --- push and pull -------------------------------------------------------------------------------------
-@pytest.mark.slow  # through the local Hub server
-def test_push_uploads_the_packaged_text_and_pull_installs_it(hub_env, local_hub, tmp_path, request, capsys):
-    repo = repo_for(request)
-    directory = model_dir(tmp_path / "model", dinov3_tiny(num_classes=7))
-    (directory / "LICENSE.md").write_text("a text someone edited\n")  # not what is sent: the package's copy is
-    assert cli_main(["push", str(directory), repo]) == 0
+def assert_pushed_with_the_dinov3_text(local_hub, repo: str) -> ModelCard:
+    """The repo holds the model's files and the package's DINOv3 text, and its card names that licence; the card."""
     assert hub_files(local_hub, repo) == [
         ".gitattributes",
         "LICENSE.md",
@@ -100,6 +96,16 @@ def test_push_uploads_the_packaged_text_and_pull_installs_it(hub_env, local_hub,
     assert Path(hf_hub_download(repo, "LICENSE.md")).read_bytes() == TEXT
     card = ModelCard(Path(hf_hub_download(repo, "README.md")).read_text(), ignore_metadata_errors=False)
     assert card.data.to_dict() == FRONT_MATTER
+    return card
+
+
+@pytest.mark.slow  # through the local Hub server
+def test_push_uploads_the_packaged_text_and_pull_installs_it(hub_env, local_hub, tmp_path, request, capsys):
+    repo = repo_for(request)
+    directory = model_dir(tmp_path / "model", dinov3_tiny(num_classes=7))
+    (directory / "LICENSE.md").write_text("a text someone edited\n")  # not what is sent: the package's copy is
+    assert cli_main(["push", str(directory), repo]) == 0
+    card = assert_pushed_with_the_dinov3_text(local_hub, repo)
     assert LICENSE_LINE in card.text.splitlines()
     assert isinstance(hub.push(directory, repo), NothingToPush)  # the Hub holds the text already: nothing to send
 
@@ -185,15 +191,7 @@ def test_push_refuses_an_unknown_license_unless_license_names_it(hub_env, local_
     assert cli_main(["push", str(directory), repo]) == 2
     assert "the weights' license is unknown" in capsys.readouterr().err
     assert cli_main(["push", str(directory), repo, "--license", DINOV3]) == 0
-    assert hub_files(local_hub, repo) == [
-        ".gitattributes",
-        "LICENSE.md",
-        "README.md",
-        "config.json",
-        "model.safetensors",
-    ]
-    assert Path(hf_hub_download(repo, "LICENSE.md")).read_bytes() == TEXT
-    assert ModelCard(Path(hf_hub_download(repo, "README.md")).read_text()).data.to_dict() == FRONT_MATTER
+    assert_pushed_with_the_dinov3_text(local_hub, repo)
     pushed = json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
     assert pushed["pretrained_cfg"]["license"] == DINOV3
     assert json.loads((directory / "config.json").read_text())["pretrained_cfg"]["license"] == "unknown"  # as it was

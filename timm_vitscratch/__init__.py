@@ -5,6 +5,8 @@ functions fetch weights from the Hub before timm loads them (through the Hub cli
 """
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from .gate.json_data import route_timm_configs
 from .models import (
@@ -18,6 +20,7 @@ from .models import (
     checkpoint_filter_fn,
 )
 from .models.pretrained import set_hub_weights_fetcher
+from .private_api import fetch_timm_hub_files_with
 from .version import __version__
 
 route_timm_configs()  # timm's local-dir: / hf-hub: config.json reads go through the gate too
@@ -32,6 +35,17 @@ def _fetch_hub_weights(repo_id: str, revision: str | None, cache_dir: str | os.P
 
 
 set_hub_weights_fetcher(_fetch_hub_weights)
+
+
+def _fetch_hub_file(download: Callable[..., str], model_id: str, filename: str, cache_dir: Any = None) -> str:
+    """timm's fetch of an ``hf-hub:`` model's config.json, through :mod:`timm_vitscratch.hub.timm_configs`
+    (imported when first needed, as above)."""
+    from .hub.timm_configs import fetch_hub_file
+
+    return fetch_hub_file(download, model_id, filename, cache_dir)
+
+
+fetch_timm_hub_files_with(_fetch_hub_file)
 
 __all__ = [
     "ARCHITECTURES",

@@ -17,6 +17,10 @@ hold that line, and checks each name below, so that a change in timm fails there
 - ``timm.models._hub.load_cfg_from_json``: how timm reads the ``config.json`` of a ``local-dir:`` or
   ``hf-hub:`` model (the whole file, then ``json.loads``, with no bound) before any code of ours runs. No
   public hook reaches that read, so :func:`read_timm_configs_with` points it at the gate's bounded reader.
+- ``timm.models._hub.download_from_hf``: how timm fetches an ``hf-hub:`` model's ``config.json`` (through
+  ``hf_hub_download``, which retries for about 25 s without a network and then raises a bare
+  ``LocalEntryNotFoundError``). No public hook reaches that fetch, so :func:`fetch_timm_hub_files_with`
+  puts a wrapper around it that asks the Hub once, with a short timeout, first.
 
 Outside the package, ``setup.py`` overrides setuptools' ``editable_wheel._select_strategy`` to put the
 start-up ``.pth`` into editable wheels (no public hook adds a file there); it runs at build time, before
@@ -40,6 +44,7 @@ except ImportError:  # pragma: no cover - exercised with old timm only
     update_model_args = update_model_input_size = None  # type: ignore[assignment]
 
 __all__ = [
+    "fetch_timm_hub_files_with",
     "generate_readme",
     "read_timm_configs_with",
     "record_input_size",
@@ -66,3 +71,22 @@ def read_timm_configs_with(reader: Callable[[Any], dict[str, Any]]) -> None:
     if not callable(getattr(timm.models._hub, "load_cfg_from_json", None)):
         raise RuntimeError("timm.models._hub.load_cfg_from_json is gone: timm reads configs another way now")
     timm.models._hub.load_cfg_from_json = reader  # type: ignore[assignment]
+
+
+#: ``(timm's download_from_hf, model_id, filename, cache_dir) -> local path``
+HubFileFetcher = Callable[[Callable[..., str], str, str, Any], str]
+
+
+def fetch_timm_hub_files_with(fetch: HubFileFetcher) -> None:
+    """Make timm fetch every ``hf-hub:`` side file (its ``config.json``) through ``fetch``, which is handed timm's
+    own ``download_from_hf`` to call when the Hub answers. Installing it twice wraps once."""
+    original = getattr(timm.models._hub, "download_from_hf", None)
+    if not callable(original):
+        raise RuntimeError("timm.models._hub.download_from_hf is gone: timm fetches hf-hub: configs another way now")
+    original = getattr(original, "__wrapped__", original)
+
+    def download_from_hf(model_id: str, filename: str, cache_dir: Any = None) -> str:
+        return fetch(original, model_id, filename, cache_dir)
+
+    download_from_hf.__wrapped__ = original  # type: ignore[attr-defined]
+    timm.models._hub.download_from_hf = download_from_hf

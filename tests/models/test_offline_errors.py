@@ -234,3 +234,49 @@ def test_summary_of_hf_hub_without_network_answers_in_one_request(tmp_path, monk
         lay_in_hf_cache(tmp_path, "org/cached", {"config.json": lambda path: path.write_bytes(config)})
         assert cli_main(["summary", "hf-hub:org/cached"]) == 0
         assert capsys.readouterr().out.startswith("hf-hub:org/cached: image 32x32, patch 8")
+
+
+@pytest.mark.parametrize("network", ["refused", "silent"])
+def test_hf_hub_model_from_python_without_network_fails_at_once_with_one_error(network, tmp_path, monkeypatch, caplog):
+    """``timm.create_model("hf-hub:...")`` from Python: timm's own config fetch, one short request instead of
+    huggingface_hub's retries, and the package's message (still the LocalEntryNotFoundError callers catch)."""
+    with NO_NETWORK[network]() as endpoint:
+        no_network(endpoint, tmp_path, monkeypatch)
+        with caplog.at_level(logging.INFO), pytest.raises(PretrainedWeightsUnavailable) as caught:
+            timm.create_model("hf-hub:org/not-cached")
+    message = str(caught.value)
+    cache = tmp_path / "hf" / "hub" / "models--org--not-cached"
+    assert message.startswith(
+        f"cannot read config.json of hf-hub:org/not-cached: the Hub at {endpoint} {WHY[network]}"
+    ), message
+    assert (
+        f"the Hugging Face cache has no copy in {cache}" in message
+        and "`vitscratch pull org/not-cached DIR`" in message
+    )
+    assert isinstance(caught.value, LocalEntryNotFoundError)
+    assert_one_exception(caught.value)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("huggingface_hub")] == []
+
+
+def test_hf_hub_model_from_python_offline_says_so(tmp_path, monkeypatch):
+    offline_caches(tmp_path, monkeypatch)
+    with pytest.raises(LocalEntryNotFoundError) as caught:
+        timm.create_model("hf-hub:org/not-cached@v1")
+    assert str(caught.value).startswith(
+        "cannot read config.json of hf-hub:org/not-cached@v1: HF_HUB_OFFLINE=1 is set, so nothing is downloaded"
+    ), str(caught.value)
+    assert_one_exception(caught.value)
+
+
+def test_hf_hub_model_from_python_takes_the_cached_config_when_the_hub_cannot_be_reached(tmp_path, monkeypatch):
+    from tests.support import tiny
+    from timm_vitscratch.model_dir import save_model_directory
+
+    source = tiny()
+    save_model_directory(source, tmp_path / "model")
+    config = (tmp_path / "model" / "config.json").read_bytes()
+    with refused_endpoint() as endpoint:
+        no_network(endpoint, tmp_path, monkeypatch)
+        lay_in_hf_cache(tmp_path, "org/cached", {"config.json": lambda path: path.write_bytes(config)})
+        model = timm.create_model("hf-hub:org/cached")
+    assert type(model) is type(source) and model.patch_embed.patch_size == source.patch_embed.patch_size

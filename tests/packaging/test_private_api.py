@@ -103,3 +103,21 @@ def test_timm_reads_configs_through_the_name_we_replace(tmp_path):
     (tmp_path / "config.json").write_text("[" * 40 + "]" * 40)
     with pytest.raises(ValueError, match="deeper than 32 levels"):
         timm.models._hub.load_model_config_from_path(tmp_path)
+
+
+def test_timm_fetches_hub_configs_through_the_name_we_wrap():
+    # timm's hf-hub: config fetch calls timm.models._hub.download_from_hf by its module global, with these
+    # arguments; importing the package wraps it (once). If timm fetches configs another way, this fails.
+    import timm_vitscratch  # noqa: F401
+
+    wrapper = timm.models._hub.download_from_hf
+    assert wrapper.__module__ == "timm_vitscratch.private_api"
+    original = wrapper.__wrapped__
+    assert original.__module__ == "timm.models._hub"
+    assert tuple(inspect.signature(original).parameters) == ("model_id", "filename", "cache_dir")
+    assert "download_from_hf(" in inspect.getsource(timm.models._hub.load_model_config_from_hf)
+    private_api.fetch_timm_hub_files_with(lambda download, *args: download(*args))
+    try:
+        assert timm.models._hub.download_from_hf.__wrapped__ is original  # wrapped once, not twice
+    finally:
+        timm.models._hub.download_from_hf = wrapper

@@ -125,7 +125,7 @@ def _attention_mistake(image: str, model: str, out: str) -> str | None:
             f"--model got the file {model!r} and the image is {image!r}, which is no file: the image comes first, "
             f"the model after --model (vitscratch attention {model!r} --model {image!r})"
         )
-    expected = "expected an image file (PNG, JPEG, GIF, BMP, TIFF, WebP or PPM)"  # the library's words
+    expected = choices.IMAGE_EXPECTED  # the library's words, as the library says them after
     if not Path(image).exists():
         return f"cannot read image {image!r}: it does not exist; {expected}"
     if not Path(image).is_file():
@@ -135,7 +135,24 @@ def _attention_mistake(image: str, model: str, out: str) -> str | None:
     folder = Path(out).parent
     if not folder.is_dir():
         return f"output directory {str(folder)!r} does not exist (for --out {out!r}); create it first"
+    if not _is_picture(image, choices.IMAGE_FORMATS):
+        return f"cannot read image {image!r}: {choices.NOT_A_PICTURE}; {expected}"
     return None
+
+
+def _is_picture(path: str, formats: tuple[str, ...]) -> bool:
+    """Whether one of Pillow's readers of ``formats`` takes the file's header (Pillow, not torch: a fraction of
+    a second). Only the kind: the pixel bound and the decoding are the library's, when it reads the image."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings(), open(path, "rb") as handle, Image.open(handle, formats=formats):
+            warnings.simplefilter("ignore")  # Pillow's bomb warning: the library says that one, in its words
+            return True
+    except UnidentifiedImageError:
+        return False
+    except Exception:  # anything else (a bomb, a damaged header) the library tells in full, with its bound
+        return True
 
 
 def _cmd_attention(args: argparse.Namespace) -> int:

@@ -39,6 +39,13 @@ EXPORT_TARGETS = ("timm", "torchvision", "jax", "transformers")
 #: dtypes ``convert`` / ``export`` may write (``--dtype``), by torch's names
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
+# --- images from outside (gate/images.py reads them; the console script checks the kind before torch) -------
+#: the formats a picture from outside may be in (Pillow's names): no plugin that runs another program (EPS)
+IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
+IMAGE_EXPECTED = "expected an image file (PNG, JPEG, GIF, BMP, TIFF, WebP or PPM)"
+#: what an image whose bytes no reader in IMAGE_FORMATS takes is told
+NOT_A_PICTURE = "its bytes are not a picture in any of the formats read"
+
 # --- bounds of the sizes a file may ask for (models/model_args.py checks them) ------------------------------
 # the largest published ViTs (ViT-H, ViT-G, ViT-22B) fit inside
 MAX_DEPTH = 64

@@ -54,14 +54,16 @@ def test_timms_name_points_to_its_mirror_and_a_folder_is_not_taken_for_a_model(t
 
 
 def test_attention_mistakes_are_answered_before_torch_is_imported(tmp_path):
-    """A missing output directory, a missing image and the model and image swapped: each one line, exit 2, and
-    neither torch nor the package imported to say it."""
+    """A missing output directory, a missing image, the model and image swapped and a text file given as the
+    image: each one line, exit 2, and neither torch nor the package imported to say it."""
     (tmp_path / "photo.jpg").write_bytes(b"not read")
+    (tmp_path / "README.md").write_text("# not a picture\n")
     code = (
         "import sys, timm_vitscratch_cli as cli\n"
         "for argv in (['attention', 'photo.jpg', '--model', 'scratch_vit_ti16', '--out', 'nodir/x.png'],\n"
         "             ['attention', 'missing.jpg', '--model', 'scratch_vit_ti16'],\n"
-        "             ['attention', '--model', 'photo.jpg', 'scratch_vit_ti16']):\n"
+        "             ['attention', '--model', 'photo.jpg', 'scratch_vit_ti16'],\n"
+        "             ['attention', 'README.md', '--model', 'scratch_vit_ti16']):\n"
         "    assert cli.main(argv) == 2, argv\n"
         "print(sorted(m for m in ('torch', 'timm', 'timm_vitscratch') if m in sys.modules))\n"
     )
@@ -74,6 +76,8 @@ def test_attention_mistakes_are_answered_before_torch_is_imported(tmp_path):
         "GIF, BMP, TIFF, WebP or PPM)",
         "vitscratch: error: --model got the file 'photo.jpg' and the image is 'scratch_vit_ti16', which is no file: "
         "the image comes first, the model after --model (vitscratch attention 'photo.jpg' --model 'scratch_vit_ti16')",
+        "vitscratch: error: cannot read image 'README.md': its bytes are not a picture in any of the formats read; "
+        "expected an image file (PNG, JPEG, GIF, BMP, TIFF, WebP or PPM)",
     ]
 
 

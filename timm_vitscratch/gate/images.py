@@ -15,14 +15,13 @@ import stat
 import warnings
 from typing import TYPE_CHECKING
 
+from ..choices import IMAGE_EXPECTED as EXPECTED
+from ..choices import IMAGE_FORMATS as FORMATS
+from ..choices import NOT_A_PICTURE
 from .files import ErrorType, PathLike, regular_file
 
 if TYPE_CHECKING:  # Pillow is imported when a picture is read
     from PIL.Image import Image
-
-#: the formats a picture from outside may be in (Pillow's names)
-FORMATS = ("PNG", "JPEG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
-EXPECTED = "expected an image file (PNG, JPEG, GIF, BMP, TIFF, WebP or PPM)"
 
 
 def read_rgb_image(path: PathLike, error: ErrorType, max_pixels: int, bound: str = "") -> Image:
@@ -55,7 +54,7 @@ def read_rgb_image(path: PathLike, error: ErrorType, max_pixels: int, bound: str
         except Image.DecompressionBombError as err:  # past Pillow's own limit, far above ours
             raise error(f"{where}: {err}; expected at most {max_pixels:,} pixels{bound}") from None
         except Image.UnidentifiedImageError:
-            raise unreadable("its bytes are not a picture in any of the formats read") from None
+            raise unreadable(NOT_A_PICTURE) from None
         except Exception as err:  # whatever a plugin raises on bytes it cannot parse
             raise unreadable(_reason(err)) from None
         with image:

@@ -185,8 +185,9 @@ class TransformersFormat(TransformersLayout, SourceFormat):
 
     # --- export: a DINOv3ViTModel, (SigLIP) Siglip2VisionModel or (DINOv2) Dinov2Model directory ------------------
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
-        if "cls_token" not in keys:
-            return siglip2_export_map(arch.depth, "attn_pool.latent" in keys)
+        if "cls_token" not in keys:  # SigLIP: a classic row, or a NaFlex row (timm NaFlexVit's ``embeds``)
+            naflex, channels_last = "embeds.proj.weight" in keys, arch.options.get("patchify_channels_last", True)
+            return siglip2_export_map(arch.depth, "attn_pool.latent" in keys, naflex, channels_last is not False)
         if arch.options.get("eva_names"):  # DINOv3
             return dinov3_export_map(
                 arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys, "reg_token" in keys

@@ -24,6 +24,7 @@ from ..layouts.checkpoint import Checkpoint
 from ..layouts.transformers_siglip import (
     MARKER,
     SIGLIP2_CHANNELS,
+    SIGLIP2_RESAMPLE,
     has_head,
     is_siglip2,
     siglip_ignorable_keys,
@@ -275,6 +276,12 @@ def siglip2_export_config(arch: Arch, args: dict[str, Any]) -> tuple[Any, list[s
         odd.append(f"attn_pool_num_heads={args['attn_pool_num_heads']!r} (its head uses the blocks' heads)")
     if arch.grid[0] != arch.grid[1]:
         odd.append(f"a {arch.grid[0]}x{arch.grid[1]} position table (its table is a square grid)")
+    if args.get("naflex_embeds") and args.get("pos_embed_interp_mode", "bicubic") != SIGLIP2_RESAMPLE.interpolation:
+        # a NaFlex row meets images of any grid: the table must resample as transformers' does, bilinearly
+        odd.append(
+            f"pos_embed_interp_mode={args.get('pos_embed_interp_mode', 'bicubic')!r} (it resamples the position "
+            f"table to each image's grid bilinearly, with antialiasing)"
+        )
     if odd:
         raise ConversionError(f"transformers' Siglip2VisionModel has no place for {', '.join(odd)}")
     if arch.num_classes:

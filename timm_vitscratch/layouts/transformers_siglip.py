@@ -11,6 +11,11 @@ SigLIP 2's patch embedding is a Linear over flattened patches, each flattened as
 image processor does; it becomes our convolution by a reshape (3 channels: a Linear's width cannot tell the
 channels from the patch size, and every SigLIP 2 is RGB). Its position table is resized per image bilinearly
 with antialiasing (``Siglip2VisionEmbeddings.resize_positional_embeddings``), which :data:`SIGLIP2_RESAMPLE` says.
+
+Exported from a SigLIP 2 NaFlex row (timm ``NaFlexVit``'s names: ``embeds.proj`` a Linear over flattened
+patches, ``embeds.pos_embed`` a (1, H, W, D) grid), the Linear is SigLIP 2's as it is when its patches are
+(row, column, channel), as the rows' are, and reordered from (channel, row, column) otherwise; the grid is the
+(H * W, D) table read row by row.
 """
 
 from __future__ import annotations
@@ -135,13 +140,38 @@ def siglip_ignorable_keys(checkpoint: Checkpoint) -> set[str]:
     }
 
 
-def siglip2_export_map(depth: int, head: bool) -> KeyMap:
-    """A Siglip2VisionModel's names (as ``save_pretrained`` writes them) <- ours."""
-    rules: KeyMap = {
-        "embeddings.patch_embedding.weight": Rule(("patch_embed.proj.weight",), conv_to_patch),
-        "embeddings.patch_embedding.bias": Rule.rename("patch_embed.proj.bias"),
-        "embeddings.position_embedding.weight": Rule(("pos_embed",), pos_embed_to_table),
-    }
+def channels_first_to_last(weight: torch.Tensor) -> torch.Tensor:
+    """A patch Linear over (channel, row, column) flattened patches as SigLIP 2's, over (row, column, channel)."""
+    dim, width = weight.shape
+    patch = math.isqrt(width // SIGLIP2_CHANNELS)
+    return conv_to_patch(weight.reshape(dim, SIGLIP2_CHANNELS, patch, patch))
+
+
+def grid_to_table(pos_embed: torch.Tensor) -> torch.Tensor:
+    """A NaFlex row's (1, H, W, D) position grid -> transformers' (H * W, D) table, row by row."""
+    return pos_embed.reshape(-1, pos_embed.shape[-1])
+
+
+def siglip2_export_map(depth: int, head: bool, naflex: bool = False, channels_last: bool = True) -> KeyMap:
+    """A Siglip2VisionModel's names (as ``save_pretrained`` writes them) <- ours: a classic SigLIP's, or with
+    ``naflex`` a NaFlex row's (its patch Linear over ``channels_last`` flattened patches, or channels first)."""
+    if naflex:
+        patch = (
+            Rule.rename("embeds.proj.weight")
+            if channels_last
+            else Rule(("embeds.proj.weight",), channels_first_to_last)
+        )
+        rules: KeyMap = {
+            "embeddings.patch_embedding.weight": patch,
+            "embeddings.patch_embedding.bias": Rule.rename("embeds.proj.bias"),
+            "embeddings.position_embedding.weight": Rule(("embeds.pos_embed",), grid_to_table),
+        }
+    else:
+        rules = {
+            "embeddings.patch_embedding.weight": Rule(("patch_embed.proj.weight",), conv_to_patch),
+            "embeddings.patch_embedding.bias": Rule.rename("patch_embed.proj.bias"),
+            "embeddings.position_embedding.weight": Rule(("pos_embed",), pos_embed_to_table),
+        }
     for i in range(depth):
         src, dst = f"blocks.{i}.", f"encoder.layers.{i}."
         for theirs, ours in BLOCK_NAMES:

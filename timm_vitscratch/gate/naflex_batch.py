@@ -293,3 +293,14 @@ def _check_values(spec: NaFlexSpec, coord: torch.Tensor, valid: torch.Tensor) ->
             f"image {image}: its grid of {rows} x {cols} = {rows * cols:,} patch cells is past the position "
             f"table's resample bound of {spec.grid_cells:,} cells",
         )
+
+
+def check_patch_valid(x: torch.Tensor, patch_valid: Any, prefix: int) -> torch.Tensor:
+    """``patch_valid`` of padded NaFlex features (B, prefix + N, D) handed to a head, which must be (B, N); as bool."""
+    if not isinstance(patch_valid, torch.Tensor) or tuple(patch_valid.shape) != (x.shape[0], x.shape[1] - prefix):
+        got = shape_text(patch_valid) if isinstance(patch_valid, torch.Tensor) else type(patch_valid).__name__
+        raise NaFlexBatchError(
+            "patch_valid",
+            f"expected (batch, N) = ({x.shape[0]}, {x.shape[1] - prefix}) for features {shape_text(x)}, got {got}",
+        )
+    return patch_valid.bool()

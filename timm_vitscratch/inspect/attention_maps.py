@@ -24,7 +24,7 @@ from ..choices import MAX_IMG_SIDE
 from ..errors import ModelDirectoryError
 from ..files import PathLike, atomic_write
 from ..gate.images import read_rgb_image
-from ..models import Block, VisionTransformer
+from ..models import TransformerBlock, VisionTransformer
 from ..models.model_args import check_architecture, check_option
 from ..models.variants import ARCHITECTURES
 from .model_ref import check_scratch_model, has_weights, timm_model_name
@@ -159,7 +159,9 @@ def load_model(name_or_dir: str, img_size: int | None = None) -> tuple[VisionTra
         description = f"{name_or_dir}, RANDOM weights (untrained)"
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
     first = model.blocks[0]
-    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
+    assert isinstance(
+        first, TransformerBlock
+    )  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     kept = len(model.blocks) * first.attn.num_heads * tokens * tokens * 4
     if kept > MAX_ATTENTION_BYTES:
         # every block's attention matrix is kept for the picture: tokens^2 per head

@@ -19,10 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models import Block, VisionTransformer
+from ..models import TransformerBlock, VisionTransformer
 from ..models.architecture import describe_model
-from ..models.attention import Attention
-from ..models.layers import LayerScale
+from ..models.attention import Attention, SeparateQkvAttention
 from ..models.meta_init import SkipInitOnMeta
 from ..models.model_args import true_param_count  # the one count; the size bound counts a meta model with it
 from ..models.variants import ARCHITECTURES, TIMM_NAMES
@@ -117,23 +116,23 @@ def _is_norm(module: nn.Module | None) -> bool:
 def qkv_bias_vectors(attn: Attention) -> int:
     """How many of q, k and v an attention adds a learned bias of width h to: the fused ``qkv``'s bias (3), Eva's
     ``q_bias`` / ``v_bias`` (2; its key bias is a zero buffer), or the biases of its separate projections."""
-    if attn.qkv is not None and attn.qkv.bias is not None:
+    if isinstance(attn, SeparateQkvAttention):
+        return sum(proj.bias is not None for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    if attn.qkv.bias is not None:
         return 3
-    if attn.qkv is not None:
-        return sum(isinstance(bias, nn.Parameter) for bias in (attn.q_bias, attn.k_bias, attn.v_bias))
-    return sum(proj is not None and proj.bias is not None for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    return sum(isinstance(bias, nn.Parameter) for bias in (attn.q_bias, attn.k_bias, attn.v_bias))
 
 
 def block_shape(block: nn.Module) -> dict[str, Any]:
     """The :func:`block_part_formulas` arguments of a built block, read from its layers: MLP width and matrices,
     qkv biases, layer scale, and the LayerNorms inside the MLP and the attention."""
-    assert isinstance(block, Block)  # a VisionTransformer's blocks; nn.Sequential types them as Module
+    assert isinstance(block, TransformerBlock)  # a VisionTransformer's blocks; nn.Sequential types them as Module
     hidden, matrices = block.mlp_shape
     return dict(
         mlp_hidden=hidden,
         mlp_matrices=matrices,
         qkv_biases=qkv_bias_vectors(block.attn),
-        layer_scale=block.gamma_1 is not None or isinstance(block.ls1, LayerScale),
+        layer_scale=block.layer_scale,
         mlp_norm=_is_norm(block.mlp.norm),
         attn_norm=_is_norm(block.attn.norm),
     )
@@ -143,9 +142,9 @@ def block_layers(block: nn.Module) -> dict[str, str]:
     """What the formulas do not tell apart: the attention's q/k/v layout (``'fused'``: one ``qkv`` with its bias;
     ``'eva'``: ``qkv`` with Eva's ``q_bias`` / ``v_bias``; ``'separate'``: ``q_proj`` / ``k_proj`` / ``v_proj``) and
     the MLP's class (``Mlp``, ``SwiGLU``, ``PackedSwiGLU``)."""
-    assert isinstance(block, Block)
+    assert isinstance(block, TransformerBlock)
     attn = block.attn
-    layout = "separate" if attn.qkv is None else "eva" if attn.q_bias is not None else "fused"
+    layout = "separate" if isinstance(attn, SeparateQkvAttention) else "eva" if attn.q_bias is not None else "fused"
     return dict(qkv=layout, mlp=type(block.mlp).__name__)
 
 

@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from ..models import Block, VisionTransformer
+from ..models import TransformerBlock, VisionTransformer
 
 
 def block_macs(tokens: int, embed_dim: int, mlp_hidden: int, mlp_matrices: int = 2) -> dict[str, int]:
@@ -43,7 +43,9 @@ def forward_macs(model: VisionTransformer) -> dict[str, int]:
     tokens = embed.num_patches + model.num_prefix_tokens
     embed_dim = model.embed_dim
     first = model.blocks[0]
-    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
+    assert isinstance(
+        first, TransformerBlock
+    )  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     per_block = block_macs(tokens, embed_dim, *first.mlp_shape)
     depth = len(model.blocks)
     # the head sees one pooled vector per image, or every token when global_pool=''

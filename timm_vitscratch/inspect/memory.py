@@ -17,7 +17,7 @@ from typing import Any
 import timm
 import torch
 
-from ..models import Block, VisionTransformer
+from ..models import TransformerBlock, VisionTransformer
 from .model_ref import check_scratch_model
 
 BYTES_PER_PARAM = OrderedDict(fp32=4, fp16=2, bf16=2)
@@ -132,7 +132,9 @@ def measuring_bytes_bound(model: VisionTransformer, depth: int, batch: int) -> i
     ``depth`` blocks holds at ``batch``: several times what a block saves per token (norm inputs, q/k/v, MLP
     input and hidden, in fp32 and bf16) and per attention entry (the eager path's scores and probabilities)."""
     first = model.blocks[0]
-    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
+    assert isinstance(
+        first, TransformerBlock
+    )  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     embed = model.patch_embed
     tokens = embed.num_patches + model.num_prefix_tokens
     dim, heads = model.embed_dim, first.attn.num_heads

@@ -12,7 +12,7 @@ from typing import Any
 from timm.models import get_model_args
 from torch import nn
 
-from ..models import Block, VisionTransformer
+from ..models import TransformerBlock, VisionTransformer
 from ..models.architecture import describe_model
 from ..models.build import build_on_meta
 from ..models.model_args import check_architecture, check_option
@@ -141,7 +141,9 @@ def _share(tally: dict[str, Any], macs: dict[str, int], true_count: int) -> dict
 def _flops(model: VisionTransformer, batch: int) -> dict[str, Any]:
     per_image = forward_macs(model)
     first = model.blocks[0]
-    assert isinstance(first, Block)  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
+    assert isinstance(
+        first, TransformerBlock
+    )  # nn.Sequential types its items as Module; a VisionTransformer's are Blocks
     per_block = block_macs(model.patch_embed.num_patches + model.num_prefix_tokens, model.embed_dim, *first.mlp_shape)
     return OrderedDict(
         convention="MACs = multiply-adds of matrix products and the patch convolution; FLOPs = 2 x MACs "

@@ -1,7 +1,7 @@
 """The model zoo: layers, the Vision Transformer, the registered variants and their pretrained cfgs."""
 
 from .attention import Attention
-from .block import Block
+from .block import Block, TransformerBlock
 from .checkpoint_filter import checkpoint_filter_fn
 from .layers import DropPath, Mlp
 from .patch_embed import PatchEmbed
@@ -15,6 +15,7 @@ __all__ = [
     "DropPath",
     "Mlp",
     "PatchEmbed",
+    "TransformerBlock",
     "VisionTransformer",
     "checkpoint_filter_fn",
 ]

@@ -20,17 +20,6 @@ from torch import nn
 from ..choices import ATTN_IMPLS
 from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
 from .packing import PackedSegments, attend
-from .rotary import apply_rotary
-
-#: the attention's projection layouts (``Attention``'s ``qkv_form``)
-QKV_FORMS = ("fused", "eva", "separate")
-
-
-def qkv_form(eva_names: bool, qkv_fused: bool, attn_type: str) -> str:
-    """The projection layout that the model's options (timm ``Eva``'s names for them) give."""
-    if not eva_names or attn_type == "rope":
-        return "fused"
-    return "eva" if qkv_fused else "separate"
 
 
 def check_attn_impl(attn_impl: str) -> str:
@@ -60,7 +49,8 @@ def _masked_softmax_attention(
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection (and timm's optional q/k LayerNorm).
+    """Multi-head self-attention with one fused ``qkv`` projection, its bias inside (timm's ViT ``Attention``, and
+    ``AttentionRope`` of its ``Eva``), and timm's optional q/k LayerNorm. The base of every block attention.
 
     ``fused_attn`` (timm's switch, set from ``attn_impl``: ``'sdpa'`` True, ``'eager'`` False) runs
     ``F.scaled_dot_product_attention``; off, the attention matrix is materialised and passes
@@ -68,17 +58,13 @@ class Attention(nn.Module):
     function. ``norm`` (the merged heads, before ``proj``) is an Identity, as in timm's ViT, or with ``scale_norm`` a
     LayerNorm (timm Eva's ``scale_attn_inner``, EVA02-CLIP's).
 
-    ``qkv_form`` is the projection's layout, each as a timm attention names it (:data:`QKV_FORMS`):
-    ``'fused'``, one ``qkv`` Linear with its bias (timm's ViT, and ``AttentionRope`` of its ``Eva``);
-    ``'eva'``, ``Eva``'s fused layout, ``q_bias`` and ``v_bias`` parameters and a key bias fixed at zero, added
-    in one ``F.linear`` with ``qkv``'s weight as Eva does (so, as there, hooks on ``qkv`` do not fire when the
-    bias is on); ``'separate'``, ``Eva``'s unfused ``q_proj`` / ``k_proj`` / ``v_proj`` (no key bias).
-    ``rope_interleaved``: rotary terms rotate neighbouring channels (timm's axial RoPE) rather than halves.
+    The projection is the class's (``_init_projection``, ``_split_heads``): :class:`EvaAttention` and
+    :class:`SeparateQkvAttention` are timm ``Eva``'s two layouts. Rotary terms (``rope``) rotate queries and keys by
+    halves of the head (DINOv3), or with ``rope_interleaved`` by neighbouring channel pairs (axial RoPE): the pairing
+    is a shape chosen here, once, so that the forward computes either without a branch.
     """
 
     __jit_unused_properties__ = ("attn_impl",)
-    # constants to TorchScript, which then compiles only the layout's own branch (the others name absent layers)
-    __constants__ = ("separate", "rope_interleaved")
     #: for the weight-init schemes: ``qkv`` is three projections in one ('moco' bounds each on its own)
     init_roles: ClassVar[dict[str, str]] = {"qkv": "qkv"}
 
@@ -95,7 +81,6 @@ class Attention(nn.Module):
         norm_layer: NormLayer = DEFAULT_NORM_LAYER,
         qk_scale: float | None = None,
         attn_impl: str = "sdpa",
-        qkv_form: str = "fused",
         rope_interleaved: bool = False,
         scale_norm: bool = False,
         device: torch.device | str | None = None,
@@ -105,28 +90,16 @@ class Attention(nn.Module):
         dd: FactoryKwargs = {"device": device, "dtype": dtype}
         if num_heads < 1 or dim % num_heads:
             raise ValueError(f"embed_dim {dim} must be divisible by num_heads {num_heads}")
-        if qkv_form not in QKV_FORMS:
-            raise ValueError(f"qkv_form must be one of {QKV_FORMS}, got {qkv_form!r}")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = qk_scale if qk_scale is not None else self.head_dim**-0.5
         self.fused_attn = check_attn_impl(attn_impl) == "sdpa"
         self.rope_interleaved = rope_interleaved
-        self.separate = qkv_form == "separate"
-        if self.separate:
-            self.qkv: nn.Linear | None = None
-            self.q_proj: nn.Linear | None = nn.Linear(dim, dim, bias=qkv_bias, **dd)
-            self.k_proj: nn.Linear | None = nn.Linear(dim, dim, bias=False, **dd)
-            self.v_proj: nn.Linear | None = nn.Linear(dim, dim, bias=qkv_bias, **dd)
-        else:
-            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias and qkv_form == "fused", **dd)
-            self.q_proj = self.k_proj = self.v_proj = None
-        if qkv_bias and qkv_form == "eva":
-            self.q_bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim, **dd))
-            self.register_buffer("k_bias", torch.zeros(dim, **dd), persistent=False)
-            self.v_bias: nn.Parameter | None = nn.Parameter(torch.zeros(dim, **dd))
-        else:
-            self.q_bias = self.k_bias = self.v_bias = None
+        # a head as (pair member, channel) halves, or as (channel pair, member) neighbours: the member axis
+        half = self.head_dim // 2
+        self.rope_split = [half, 2] if rope_interleaved else [2, half]
+        self.rope_axis = -1 if rope_interleaved else -2
+        self._init_projection(dim, qkv_bias, dd)
         self.q_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.attn_drop = nn.Dropout(attn_drop)
@@ -134,12 +107,12 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def reset_parameters(self) -> None:
-        """Eva's separate biases at zero, as timm makes them; the key bias, a buffer no checkpoint holds, too
-        (a model built on ``meta`` and materialised would otherwise keep whatever its new storage held)."""
-        for bias in (self.q_bias, self.k_bias, self.v_bias):
-            if bias is not None:
-                nn.init.zeros_(bias)
+    def _init_projection(self, dim: int, qkv_bias: bool, dd: FactoryKwargs) -> None:
+        """The q/k/v projection's layers and tensors: one ``qkv`` Linear with its bias (Eva's own biases: none)."""
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias, **dd)
+        self.q_bias: nn.Parameter | None = None
+        self.k_bias: torch.Tensor | None = None
+        self.v_bias: nn.Parameter | None = None
 
     @property
     def attn_impl(self) -> str:
@@ -147,12 +120,8 @@ class Attention(nn.Module):
         return "sdpa" if self.fused_attn else "eager"
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
-        """The fused qkv projection: the ``qkv`` module, or with Eva's separate biases its weight and their
-        concatenation."""
-        assert self.qkv is not None
-        if self.q_bias is None or self.k_bias is None or self.v_bias is None:
-            return self.qkv(x)
-        return F.linear(x, self.qkv.weight, torch.cat([self.q_bias, self.k_bias, self.v_bias]))
+        """(B, N, dim) -> (B, N, 3 * dim): the fused q, k, v projection."""
+        return self.qkv(x)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, dim) projected tokens as (B, heads, N, head_dim)."""
@@ -161,10 +130,6 @@ class Attention(nn.Module):
 
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
-        if self.separate:
-            assert self.q_proj is not None and self.k_proj is not None and self.v_proj is not None
-            q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
-            return self.q_norm(q), self.k_norm(k), v
         batch, tokens, _ = x.shape
         qkv = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
         if torch.is_grad_enabled() or torch.jit.is_tracing():
@@ -187,17 +152,18 @@ class Attention(nn.Module):
         torchsummary's, see it run; the extra query rows cost a twelfth of one block), and the
         query normalisation runs for the kept queries alone.
         """
-        if self.separate:
-            assert self.q_proj is not None and self.k_proj is not None and self.v_proj is not None
-            q = self._heads(self.q_proj(x[:, :num_queries]))
-            return self.q_norm(q), self.k_norm(self._heads(self.k_proj(x))), self._heads(self.v_proj(x))
         batch, tokens, _ = x.shape
         q, k, v = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
         q = q[:, :num_queries]
         return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
     def _rotate(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        return apply_rotary(x, rope, self.rope_interleaved)
+        """Queries or keys (..., tokens, head_dim) rotated by terms ``rope`` (2, ..., tokens, head_dim) (sines,
+        cosines), in ``x``'s dtype: each channel plus its signed partner (``[-x2, x1]`` of halves, or
+        ``[-x1, x0, -x3, x2, ...]`` of pairs) times the sine."""
+        first, second = x.unflatten(-1, self.rope_split).unbind(self.rope_axis)
+        partner = torch.stack([-second, first], dim=self.rope_axis).flatten(-2)
+        return (x * rope[1] + partner * rope[0]).to(x.dtype)
 
     def attention_weights(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
         """Softmax attention matrix (B, heads, N, N) for normalised tokens ``x``."""
@@ -258,6 +224,52 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = self._rotate(q, rope[..., :num_queries, :]), self._rotate(k, rope)
         return self._attend(q, k, v)
+
+
+class EvaAttention(Attention):
+    """timm ``Eva``'s fused layout with its own biases (``EvaAttention``, DINOv3's): a ``qkv`` Linear without bias,
+    ``q_bias`` and ``v_bias`` parameters and a key bias fixed at zero, added in one ``F.linear`` with ``qkv``'s
+    weight as Eva does (so, as there, hooks on ``qkv`` do not fire). Without ``qkv_bias`` the plain
+    :class:`Attention` is the same layer."""
+
+    def _init_projection(self, dim: int, qkv_bias: bool, dd: FactoryKwargs) -> None:
+        self.qkv = nn.Linear(dim, dim * 3, bias=False, **dd)
+        self.q_bias = nn.Parameter(torch.zeros(dim, **dd))
+        self.register_buffer("k_bias", torch.zeros(dim, **dd), persistent=False)
+        self.v_bias = nn.Parameter(torch.zeros(dim, **dd))
+
+    def reset_parameters(self) -> None:
+        """The biases at zero, as timm makes them; the key bias, a buffer no checkpoint holds, too
+        (a model built on ``meta`` and materialised would otherwise keep whatever its new storage held)."""
+        for bias in (self.q_bias, self.k_bias, self.v_bias):
+            if bias is not None:
+                nn.init.zeros_(bias)
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """``qkv``'s weight with the concatenated q, zero k and v biases."""
+        assert self.q_bias is not None and self.k_bias is not None and self.v_bias is not None
+        return F.linear(x, self.qkv.weight, torch.cat([self.q_bias, self.k_bias, self.v_bias]))
+
+
+class SeparateQkvAttention(Attention):
+    """timm ``Eva``'s unfused layout (``EvaAttention`` with ``qkv_fused=False``, EVA02's): ``q_proj``, ``k_proj``
+    (no bias) and ``v_proj``."""
+
+    def _init_projection(self, dim: int, qkv_bias: bool, dd: FactoryKwargs) -> None:
+        self.q_bias = self.k_bias = self.v_bias = None
+        self.q_proj = nn.Linear(dim, dim, bias=qkv_bias, **dd)
+        self.k_proj = nn.Linear(dim, dim, bias=False, **dd)
+        self.v_proj = nn.Linear(dim, dim, bias=qkv_bias, **dd)
+
+    def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        return self.q_norm(q), self.k_norm(k), v
+
+    def _split_heads_for_queries(
+        self, x: torch.Tensor, num_queries: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q = self._heads(self.q_proj(x[:, :num_queries]))
+        return self.q_norm(q), self.k_norm(self._heads(self.k_proj(x))), self._heads(self.v_proj(x))
 
 
 class AttentionPool(nn.Module):

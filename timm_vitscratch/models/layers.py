@@ -264,30 +264,6 @@ class PackedSwiGLU(nn.Module):
 MlpLayer = Mlp | SwiGLU | PackedSwiGLU
 
 
-def make_mlp(
-    dim: int,
-    hidden: int,
-    *,
-    swiglu: bool,
-    align_to: int,
-    scale_mlp: bool,
-    act_layer: Callable[[], nn.Module],
-    norm_layer: NormLayer,
-    bias: bool,
-    drop: float,
-    dd: FactoryKwargs,
-) -> MlpLayer:
-    """A block's MLP by timm ``Eva``'s rule: GELU (``act_layer``) unless ``swiglu``; a SwiGLU with separate input
-    layers when it is aligned (``align_to``) or normalised inside (``scale_mlp``), else the packed one.
-    ``scale_mlp``: a LayerNorm before fc2 (EVA02's normformer MLP)."""
-    inner = norm_layer if scale_mlp else None
-    if not swiglu:
-        return Mlp(dim, hidden, act_layer=act_layer, norm_layer=inner, bias=bias, drop=drop, **dd)
-    if align_to or scale_mlp:
-        return SwiGLU(dim, hidden, align_to=align_to, norm_layer=inner, bias=bias, drop=drop, **dd)
-    return PackedSwiGLU(dim, hidden, bias=bias, drop=drop, **dd)
-
-
 def drop_path(x: torch.Tensor, drop_prob: float, training: bool) -> torch.Tensor:
     """Zero whole samples with probability ``drop_prob`` and rescale survivors by 1/keep."""
     if drop_prob == 0.0 or not training:

@@ -4,7 +4,7 @@ and the axial one of EVA02 and the Perception Encoder (``rope_type='cat'``).
 A rotary encoding adds nothing to the tokens. It rotates each query and key, pair of channels by pair,
 by angles that depend on the token's place, so that attention scores depend on relative position. The
 model's ``rope`` module gives the rotation terms for a grid, for packed NaFlex tokens or for padded NaFlex
-slots, and attention applies them (:func:`apply_rotary`).
+slots, and attention applies them (``Attention._rotate``, models/attention.py).
 
 DINOv3's coordinates are patch centres, ``(i + 0.5) / size`` along each axis by its own size, mapped to
 [-1, 1]; the angles are ``2 pi * coordinate / period`` with periods ``temperature ** (4 j / head_dim)``.
@@ -29,24 +29,6 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """(..., D) -> (..., D): ``[-x2, x1]`` for halves ``x1``, ``x2``: the partner of each channel, signed."""
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
-def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
-    """(..., D) -> (..., D): ``[-x1, x0, -x3, x2, ...]``: each channel's partner in its neighbouring pair, signed."""
-    return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2)
-
-
-def apply_rotary(x: torch.Tensor, rope: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
-    """Queries or keys (..., tokens, D) rotated by terms ``rope`` (2, ..., tokens, D), in ``x``'s dtype;
-    ``interleaved``: pairs of neighbouring channels (axial RoPE), else halves (DINOv3)."""
-    partner = rotate_pairs(x) if interleaved else rotate_half(x)
-    return (x * rope[1] + partner * rope[0]).to(x.dtype)
 
 
 def with_prefix_rows(rope: torch.Tensor, prefix: int) -> torch.Tensor:
@@ -183,6 +165,10 @@ class AxialRotary(nn.Module):
         return self._terms(rows, cols)
 
 
+#: the model's ``rope`` module, of either kind
+RotaryPosition = DinoV3Rotary | AxialRotary
+
+
 def rotary_position(
     rope_type: str,
     head_dim: int,
@@ -191,7 +177,7 @@ def rotary_position(
     grid_offset: float,
     grid_indexing: str,
     ref_feat_shape: tuple[int, int] | None,
-) -> DinoV3Rotary | AxialRotary | None:
+) -> RotaryPosition | None:
     """The model's ``rope`` module for ``rope_type`` ('': none)."""
     if rope_type == "dinov3":
         return DinoV3Rotary(head_dim, temperature=temperature, grid_offset=grid_offset)

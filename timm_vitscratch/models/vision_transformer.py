@@ -1,24 +1,25 @@
 """The Vision Transformer: timm's ``VisionTransformer`` options and model hooks, plus DeiT distillation
 and ImageNet-21k "has_logits"."""
 
-import math
 from collections import OrderedDict
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from timm.layers import trunc_normal_, use_fused_attn
+from timm.layers import use_fused_attn
 from torch import nn
 from torch.jit import Final
 from torch.utils.checkpoint import checkpoint
 
-from ..choices import ATTN_TYPES, GLOBAL_POOLS, POS_EMBEDS, ROPE_TYPES
 from ..errors import NaFlexBatchError
+from ..gate.naflex_batch import check_patch_valid
 from ..private_api import record_input_size
-from . import intermediates, naflex, naflex_batch, pooling, storage
-from .attention import Attention, AttentionPool, check_attn_impl, qkv_form
-from .block import Block
+from . import intermediates, pooling, storage
+from .attention import Attention, AttentionPool, check_attn_impl
+from .block import BLOCK_TYPES, TransformerBlock
+from .block_layers import block_layers, build_blocks
 from .checkpoint_filter import load_pretrained, remap_on_load
+from .init_order import InitOrder
 from .layers import (
     DEFAULT_NORM_EPS,
     ActLayer,
@@ -30,13 +31,14 @@ from .layers import (
     sincos_2d_pos_embed,
     to_2tuple,
 )
-from .naflex_batch import NaFlexBatch, NaFlexSpec
 from .naflex_embeds import NaFlexEmbeds
-from .packing import PackedSegments, segments_of
+from .naflex_forward import NaFlexForward
+from .option_checks import check_global_pool, check_options
+from .packing import PackedSegments
 from .patch_embed import PatchEmbed
 from .position import position_encoding
 from .rotary import rotary_position, with_prefix_rows
-from .weight_init import InitFn, apply_init, check_weight_init, init_eva, scheme
+from .weight_init import check_weight_init, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
@@ -55,6 +57,14 @@ else:
     Output = torch.Tensor
 
 
+def is_naflex_call(x: Any, patch_coord: torch.Tensor | None, patch_valid: torch.Tensor | None) -> bool:
+    """True for a NaFlex batch: a dict, or patches given with their coordinates / validity (the one test of which
+    path a call takes). Under FX tracing every argument is a placeholder: that traces the image path."""
+    if isinstance(x, torch.fx.Proxy):
+        return False
+    return isinstance(x, Mapping) or patch_coord is not None or patch_valid is not None
+
+
 def _is_fx_proxy(x: torch.Tensor) -> bool:
     """True while ``torch.fx.symbolic_trace`` (and timm's / torchvision's feature extractors) trace the model."""
     if torch.jit.is_scripting():
@@ -62,7 +72,7 @@ def _is_fx_proxy(x: torch.Tensor) -> bool:
     return isinstance(x, torch.fx.Proxy)
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(NaFlexForward, InitOrder):
     """ViT of Dosovitskiy et al. 2020 with timm's options and DeiT's optional distillation token.
 
     The constructor takes timm's ``VisionTransformer`` arguments with timm's names, defaults and
@@ -78,6 +88,9 @@ class VisionTransformer(nn.Module):
     """
 
     dynamic_img_size: Final[bool]
+    #: the classes one block may be (``TransformerBlock``s): FSDP's ``ModuleWrapPolicy(VisionTransformer.block_types)``
+    #: wraps each block, ``isinstance(module, TransformerBlock)`` finds them for checkpointing and hooks
+    block_types: ClassVar[tuple[type[TransformerBlock], ...]] = BLOCK_TYPES
     #: for the weight-init schemes: the classifiers ('jax' zeroes them and sets the head bias)
     init_roles: ClassVar[dict[str, str]] = {"head": "head", "head_dist": "head"}
 
@@ -225,7 +238,7 @@ class VisionTransformer(nn.Module):
         """
         super().__init__()
         dd: FactoryKwargs = {"device": device, "dtype": dtype}
-        self._check_args(
+        check_options(
             num_classes=num_classes,
             depth=depth,
             embed_dim=embed_dim,
@@ -346,36 +359,38 @@ class VisionTransformer(nn.Module):
         )
         self.norm_pre = norm(embed_dim, **dd) if pre_norm else nn.Identity()
 
-        # stochastic depth rises linearly from 0 at the first block to drop_path_rate at the last
-        rates = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
-        self.blocks = nn.Sequential(
-            *[
-                Block(
-                    embed_dim,
-                    num_heads,
-                    mlp_ratio=mlp_ratio,
-                    qkv_bias=qkv_bias,
-                    qk_norm=qk_norm,
-                    proj_bias=proj_bias,
-                    attn_drop=attn_drop_rate,
-                    proj_drop=proj_drop_rate,
-                    init_values=init_values,
-                    drop_path=rate,
-                    act_layer=mlp_act,
-                    norm_layer=norm,
-                    qk_scale=qk_scale,
-                    attn_impl=self.attn_impl,
-                    eva_names=eva_names,
-                    qkv_form=qkv_form(eva_names, qkv_fused, attn_type),
-                    rope_interleaved=self.rope is not None and self.rope.interleaved,
-                    swiglu_mlp=swiglu_mlp,
-                    swiglu_align_to=swiglu_align_to,
-                    scale_mlp=scale_mlp,
-                    scale_attn_inner=scale_attn_inner,
-                    **dd,
-                )
-                for rate in rates
-            ]
+        # the block, attention and MLP classes, chosen once from the options (models/block_layers.py)
+        layers = block_layers(
+            eva_names=eva_names,
+            qkv_fused=qkv_fused,
+            attn_type=attn_type,
+            qkv_bias=qkv_bias,
+            init_values=init_values,
+            swiglu_mlp=swiglu_mlp,
+            swiglu_align_to=swiglu_align_to,
+            scale_mlp=scale_mlp,
+            act_layer=mlp_act,
+            norm_layer=norm,
+        )
+        self.blocks = build_blocks(
+            layers,
+            depth,
+            embed_dim,
+            num_heads,
+            drop_path_rate=drop_path_rate,
+            dd=dd,
+            mlp_ratio=mlp_ratio,
+            qkv_bias=qkv_bias,
+            qk_norm=qk_norm,
+            proj_bias=proj_bias,
+            attn_drop=attn_drop_rate,
+            proj_drop=proj_drop_rate,
+            init_values=init_values,
+            norm_layer=norm,
+            qk_scale=qk_scale,
+            attn_impl=self.attn_impl,
+            rope_interleaved=self.rope is not None and self.rope.interleaved,
+            scale_attn_inner=scale_attn_inner,
         )
         self.norm = norm(embed_dim, **dd) if final_norm and not use_fc_norm else nn.Identity()
         # timm's feature-extraction wrappers read this: every block is a feature level
@@ -413,64 +428,6 @@ class VisionTransformer(nn.Module):
             self.init_weights(needs_reset=False)
         # torchvision, transformers and JAX state dicts load too, remapped with the converter's key maps
         self.register_load_state_dict_pre_hook(remap_on_load)
-
-    @staticmethod
-    def _check_args(
-        *,
-        num_classes: int,
-        depth: int,
-        embed_dim: int,
-        num_heads: int,
-        pos_embed: str,
-        global_pool: str,
-        class_token: bool,
-        distilled: bool,
-        representation_size: int | None,
-        weight_init: str,
-        reg_tokens: int,
-        rope_type: str,
-        eva_names: bool,
-        qkv_fused: bool,
-        attn_type: str,
-        naflex_init: bool,
-        naflex_embeds: bool = False,
-    ) -> None:
-        """Refuse option values and combinations the model cannot build, before anything is built."""
-        if num_classes < 0:
-            raise ValueError(f"num_classes must be >= 0 (0 = no classifier), got {num_classes}")
-        if depth < 1:
-            raise ValueError(f"depth must be >= 1, got {depth}")
-        if num_heads < 1 or embed_dim % num_heads:
-            raise ValueError(f"embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
-        if pos_embed not in POS_EMBEDS:
-            raise ValueError(f"pos_embed must be one of {POS_EMBEDS}, got {pos_embed!r}")
-        if rope_type not in ROPE_TYPES:
-            raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
-        if rope_type and (embed_dim // num_heads) % 4:
-            raise ValueError(
-                f"rotary position needs a head width (embed_dim / num_heads) divisible by 4, got {embed_dim // num_heads}"
-            )
-        check_weight_init(weight_init)
-        if attn_type not in ATTN_TYPES:
-            raise ValueError(f"attn_type must be one of {ATTN_TYPES}, got {attn_type!r}")
-        if not qkv_fused and not eva_names:
-            raise ValueError("qkv_fused=False is timm Eva's layout (q_proj, k_proj, v_proj): it needs eva_names=True")
-        if reg_tokens < 0:
-            raise ValueError(f"reg_tokens must be >= 0, got {reg_tokens}")
-        if distilled and representation_size:
-            raise ValueError("representation_size (has_logits) cannot be combined with distilled=True")
-        if distilled and not class_token:
-            raise ValueError("distilled=True needs the class token (class_token=True)")
-        if naflex_init and (eva_names or distilled):
-            raise ValueError(
-                "naflex_init is timm NaFlexVit's init, which has neither Eva's names nor a distillation token"
-            )
-        if naflex_embeds and (eva_names or distilled or representation_size or pos_embed == "sincos"):
-            raise ValueError(
-                "naflex_embeds is timm NaFlexVit's embedding module, which has neither Eva's names, a distillation "
-                "token, a representation layer nor a sincos table"
-            )
-        _check_global_pool(global_pool, distilled, class_token)
 
     def __getattr__(self, name: str) -> Any:
         """``nn.Module``'s lookup; with ``naflex_embeds`` the classic names in ``EMBEDS_NAMES`` answer the
@@ -514,117 +471,6 @@ class VisionTransformer(nn.Module):
         if mode is not None:
             self.weight_init_mode = "reset" if check_weight_init(mode) == "skip" else mode
         self._initialise(needs_reset)
-
-    def _initialise(self, needs_reset: bool, only: Collection[int] | None = None) -> None:
-        """The scheme's pass in timm's order, over every tensor or those whose ids are in ``only``: the model's
-        own tensors, then the layers; for timm's Eva the layers first, then its own tensors and its rescaling."""
-        init = scheme(self.weight_init_mode, self.num_classes)
-        if self.naflex_init:  # NaFlexVit: the patch projection (its embedding's Linear), its tokens, the layers
-            self._init_naflex_patch_projection(init, needs_reset, only=only)
-            if needs_reset:
-                self._init_naflex_tokens(only=only)
-            apply_init(
-                init, self, needs_reset, only=only, skip=("embeds" if self.embeds is not None else "patch_embed",)
-            )
-            self._rescale_residual_projections(only=only)  # NaFlexVit's fix_init, on in every model of timm's
-            return
-        if self._eva_init():
-            apply_init(init_eva, self, needs_reset, only=only)
-            self._init_own_tensors(only=only)
-            self._eva_rescale(only=only)
-            return
-        self._init_own_tensors(only=only)
-        apply_init(init, self, needs_reset, only=only)
-
-    def _eva_init(self) -> bool:
-        return self.eva_names and self.weight_init_mode == ""
-
-    def _eva_rescale(self, only: Collection[int] | None = None) -> None:
-        """Eva's last steps: each block's residual projections (``attn.proj``, ``mlp.fc2``) divided by
-        sqrt(2 * (index + 1)), the head drawn again and scaled by 1e-3. ``only``: the ids of fresh tensors."""
-        self._rescale_residual_projections(only=only)
-        with torch.no_grad():
-            head = self.head
-            if isinstance(head, nn.Linear) and (only is None or id(head.weight) in only):
-                trunc_normal_(head.weight, std=0.02)
-                head.weight.mul_(1e-3)
-                head.bias.mul_(1e-3)
-
-    def _init_naflex_tokens(self, only: Collection[int] | None = None) -> None:
-        """timm NaFlexVit's embedding tokens: the class and register tokens N(0, 1e-6), the learned position table
-        N(0, .02) (the sincos table computed). ``only``: the ids of the tensors to initialise (default: all)."""
-        with torch.no_grad():
-            for token, std in ((self.cls_token, 1e-6), (self.reg_token, 1e-6), (self.pos_embed, 0.02)):
-                if token is None or (only is not None and id(token) not in only):
-                    continue
-                if token is self.pos_embed and self.sincos_pos_embed:
-                    token.copy_(self._sincos_table(torch.device("cpu")))
-                else:
-                    nn.init.normal_(token, std=std)
-
-    def _init_naflex_patch_projection(self, init: InitFn, needs_reset: bool, only: Collection[int] | None) -> None:
-        """The scheme's rule for timm NaFlexVit's patch projection, a Linear over flat patches (in the order the
-        model reads them: ``patchify_channels_last``), drawn into a stand-in Linear in that layout, then laid out as
-        our Conv2d's kernel. ``only``: the ids of fresh tensors."""
-        proj = self.patch_embed.proj
-        weight, bias = proj.weight, proj.bias
-        if isinstance(proj, nn.Linear):  # the Linear it is in timm's, in ``embeds``
-            fresh = None if only is None else [t for t in (weight, bias) if t is not None and id(t) in only]
-            if fresh is None or len(fresh) > 0:
-                apply_init(init, self.embeds, needs_reset, only=None if fresh is None else set(map(id, fresh)))
-            return
-        fresh_weight = only is None or id(weight) in only
-        fresh_bias = bias is not None and (only is None or id(bias) in only)
-        if not (fresh_weight or fresh_bias):
-            return
-        # (D, C, ph, pw) <-> the Linear's (D, ph * pw * C), or (D, C * ph * pw) with channels first
-        order = (0, 2, 3, 1) if self.patchify_channels_last else (0, 1, 2, 3)
-        back = (0, 3, 1, 2) if self.patchify_channels_last else (0, 1, 2, 3)
-        flat_shape = weight.permute(*order).shape
-        # the stand-in holds the kernel's values, so that a scheme without a rule for it keeps them
-        linear = nn.Linear(weight[0].numel(), weight.shape[0], bias=bias is not None, device="meta")
-        linear.weight = nn.Parameter(weight.detach().permute(*order).reshape(weight.shape[0], -1).clone())
-        if bias is not None:
-            linear.bias = nn.Parameter(bias.detach().clone())
-        init(linear, "", needs_reset)
-        with torch.no_grad():
-            if fresh_weight:
-                weight.copy_(linear.weight.view(flat_shape).permute(*back))
-            if fresh_bias and bias is not None:
-                bias.copy_(linear.bias)
-
-    def _rescale_residual_projections(self, only: Collection[int] | None = None) -> None:
-        """timm's ``fix_init``: each block's residual projections (``attn.proj``, ``mlp.fc2``) divided by
-        sqrt(2 * (index + 1)). ``only``: the ids of fresh tensors."""
-        with torch.no_grad():
-            for index, block in enumerate(self.blocks):
-                assert isinstance(block, Block)
-                for layer in (block.attn.proj, block.mlp.fc2):
-                    if only is None or id(layer.weight) in only:
-                        layer.weight.div_(math.sqrt(2.0 * (index + 1)))
-
-    def _init_own_tensors(self, only: Collection[int] | None = None) -> None:
-        """timm's rules, in timm's order: the distillation token and the learned position table
-        N(0, .02) truncated, the class and register tokens N(0, 1e-6); the sincos table computed.
-        ``only``: the ids of the tensors to initialise (default: all)."""
-        dist, pos, cls, reg = self.dist_token, self.pos_embed, self.cls_token, self.reg_token
-        if self._eva_init():  # Eva: the table, the class and the register tokens, each N(0, .02) truncated
-            with torch.no_grad():
-                for tensor in (pos, cls, reg):
-                    if tensor is not None and not self.sincos_pos_embed and (only is None or id(tensor) in only):
-                        trunc_normal_(tensor, std=0.02)
-            return
-        with torch.no_grad():
-            if dist is not None and (only is None or id(dist) in only):
-                trunc_normal_(dist, std=0.02)
-            if pos is not None and (only is None or id(pos) in only):
-                if self.sincos_pos_embed:  # tiny, computed in float64 on the CPU
-                    pos.copy_(self._sincos_table(torch.device("cpu")))
-                else:
-                    trunc_normal_(pos, std=0.02)
-            for token in (cls, reg):
-                if token is not None and (only is None or id(token) in only):
-                    nn.init.normal_(token, std=1e-6)
 
     # --- construction without storage (fast cold start): models/storage.py ---------------------
     def has_meta_tensors(self) -> bool:
@@ -741,7 +587,7 @@ class VisionTransformer(nn.Module):
         if num_classes < 0:
             raise ValueError(f"num_classes must be >= 0, got {num_classes}")
         if global_pool is not None:
-            _check_global_pool(global_pool, self.distilled, self.has_class_token)
+            check_global_pool(global_pool, self.distilled, self.has_class_token)
             if global_pool == "map" and self.attn_pool is None:
                 raise ValueError("global_pool='map' needs the attention-pooling head: build the model with it")
             if global_pool != "map":
@@ -898,7 +744,7 @@ class VisionTransformer(nn.Module):
         for index, block in enumerate(self.blocks):
             if index < depth:
                 if last_tokens > 0 and index == depth - 1:
-                    # nn.Sequential types its items as Module; each is a Block
+                    # nn.Sequential types its items as Module; each is a TransformerBlock
                     if checkpointing and not torch.jit.is_scripting():
                         x = checkpoint(block.forward_prefix, x, last_tokens, rope, use_reentrant=False)  # type: ignore[arg-type]
                     else:
@@ -916,131 +762,6 @@ class VisionTransformer(nn.Module):
                     kept.append(self.norm(x) if norm_kept else x)
         return x, kept
 
-    @torch.jit.ignore
-    def naflex_spec(self) -> NaFlexSpec:
-        """The numbers a NaFlex batch is checked against (gate/naflex_batch.py): patch size, channels, flat
-        layout, prefix tokens, heads, the position grid and its resample bound, dtype and device."""
-        first = self.blocks[0]
-        weight = self.patch_embed.proj.weight
-        (ph, pw), (gh, gw) = self.patch_embed.patch_size, self.patch_embed.grid_size
-        return NaFlexSpec(
-            patch_size=(int(ph), int(pw)),
-            in_chans=self.in_chans,
-            channels_last=self.patchify_channels_last,
-            prefix_tokens=self.num_prefix_tokens,
-            heads=first.attn.num_heads if isinstance(first, Block) else 1,
-            pos_grid=(int(gh), int(gw)),
-            max_grid_cells=naflex_batch.MAX_PATCHES,
-            dtype=weight.dtype,
-            device=weight.device,
-        )
-
-    @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
-    def _read_naflex(
-        self,
-        x: Any,
-        attn_mask: torch.Tensor | None,
-        patch_valid: torch.Tensor | None,
-        patch_coord: torch.Tensor | None,
-    ) -> NaFlexBatch:
-        """A NaFlex batch from a dict or from tensors given as arguments, checked against ``naflex_spec()``."""
-        return naflex_batch.read_batch(self.naflex_spec(), x, attn_mask, patch_valid, patch_coord)
-
-    def _naflex_prefix(self) -> torch.Tensor | None:
-        """(k, D) prefix tokens with their positions (none with ``no_embed_class``): each NaFlex image's first tokens."""
-        prefix = self._prefix_tokens()
-        if prefix is None:
-            return None
-        positions = self.pos_encoding.for_prefix(self._pos_table())
-        return prefix[0] if positions is None else prefix[0] + positions
-
-    def _pos_table(self) -> torch.Tensor | None:
-        """The position table as the position encoding reads it, (1, table prefix + H * W, D) (None without one)."""
-        if self.embeds is not None:
-            return self.embeds.table()
-        return self.pos_embed
-
-    @torch.compiler.disable  # per-image grids and lengths are data; the blocks after it compile shape-generically
-    def _pack(self, batch: NaFlexBatch) -> naflex.Packed:
-        """Embed the valid patches with their positions and pack them, each image's prefix tokens first,
-        into one sequence (models/naflex.py); patch dropout keeps a share of each image's patches."""
-        prefix = self.num_prefix_tokens
-        num_images, seq = batch.patch_valid.shape
-        layout = naflex.packed_layout(batch.patch_valid, batch.patch_coord, prefix)
-        patches = batch.patches.reshape(-1, batch.patches.shape[-1]).index_select(0, layout.valid_index)
-        tokens = self.patch_embed.project_flat(patches, batch.patch_size, self.patchify_channels_last)
-        positions = self.pos_encoding.for_tokens(
-            self._pos_table(), layout.token_coord, layout.image, layout.grids, self.patch_embed.grid_size, tokens
-        )
-        if positions is not None:
-            tokens = tokens + positions
-        prefix_tokens = self._naflex_prefix()
-        if prefix_tokens is not None:
-            tokens = torch.cat([prefix_tokens.to(tokens.dtype).repeat(num_images, 1), tokens])
-        packed = tokens.index_select(0, layout.order)[None]
-        rope = None
-        if self.rope is not None:
-            grids = torch.tensor(layout.grids, device=layout.image.device).index_select(0, layout.image)
-            rope = with_prefix_rows(self.rope.for_coords(layout.token_coord, grids), num_images * prefix)
-            rope = rope.index_select(1, layout.order)
-        lengths, padded_index = layout.lengths, layout.padded_index
-        if self.training and isinstance(self.patch_drop, PatchDropout):
-            packed, lengths, padded_index, kept = naflex.drop_patches(layout, self.patch_drop.prob, prefix, seq, packed)
-            rope = None if rope is None else rope[:, kept]
-        packed = self.norm_pre(self.pos_drop(packed))
-        masks = None
-        if batch.attn_mask is not None:
-            masks = naflex.image_masks(batch.attn_mask, padded_index, lengths, prefix + seq)
-        return naflex.Packed(packed, segments_of(lengths, masks), padded_index, num_images, prefix + seq, rope)
-
-    def _padded_rope(self, batch: NaFlexBatch) -> torch.Tensor | None:
-        """(2, B, 1, prefix + N, head_dim) rotary terms of every slot of the padded layout (None without RoPE):
-        each image's grid is its largest valid coordinate + 1."""
-        if self.rope is None:
-            return None
-        coord = batch.patch_coord * batch.patch_valid[..., None]
-        grid = coord.amax(dim=1, keepdim=True).expand_as(coord) + 1
-        return with_prefix_rows(self.rope.for_coords(coord, grid), self.num_prefix_tokens)[:, :, None]
-
-    def _embed_padded(self, batch: NaFlexBatch) -> torch.Tensor:
-        """(B, prefix + N, D) embedded tokens on timm's padded layout, every slot (shapes fixed by the batch)."""
-        if self.embeds is not None:  # timm NaFlexVit's embedding module, called as timm calls it
-            tokens, _ = self.embeds(batch.patches, batch.patch_coord, batch.patch_valid, patch_size=batch.patch_size)
-            return self.norm_pre(tokens)
-        tokens = self.patch_embed.project_flat(batch.patches, batch.patch_size, self.patchify_channels_last)
-        positions = self.pos_encoding.for_slots(
-            self.pos_embed, batch.patch_coord, batch.patch_valid, self.patch_embed.grid_size, tokens
-        )
-        if positions is not None:
-            tokens = tokens + positions
-        prefix = self._naflex_prefix()
-        if prefix is not None:
-            tokens = torch.cat([prefix.to(tokens.dtype).expand(tokens.shape[0], -1, -1), tokens], dim=1)
-        return self.norm_pre(self.pos_drop(tokens))
-
-    def _naflex_blocks(
-        self, batch: NaFlexBatch, keep: list[int] | None = None, norm_kept: bool = False, depth: int = -1
-    ) -> tuple[torch.Tensor, list[torch.Tensor], naflex.Placement]:
-        """A NaFlex batch through the blocks: the last output, the outputs at ``keep``, and where they lie
-        (``placement.unpack`` gives them in the batch's padded layout, zeros at padding).
-
-        Packed (``naflex_packed``, the default), or on timm's padded layout, keys masked: with
-        ``set_naflex_packed(False)``, and always while exporting (its shapes do not depend on the data).
-        """
-        if self.naflex_packed and not naflex_batch.exporting():
-            packed = self._pack(batch)
-            x, kept = self._run_blocks(
-                packed.tokens, segments=packed.segments, keep=keep, norm_kept=norm_kept, depth=depth, rope=packed.rope
-            )
-            return x, kept, packed
-        real = naflex.token_mask(batch.patch_valid, self.num_prefix_tokens)
-        # keys only: padded queries see real keys, so no row is all -inf (no NaN)
-        mask = real[:, None, None, :] if batch.attn_mask is None else batch.attn_mask
-        x, kept = self._run_blocks(
-            self._embed_padded(batch), mask, keep=keep, norm_kept=norm_kept, depth=depth, rope=self._padded_rope(batch)
-        )
-        return x, kept, naflex.Padded(real)
-
     def forward_features(
         self,
         x: torch.Tensor,
@@ -1054,10 +775,9 @@ class VisionTransformer(nn.Module):
         ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}``, computed packed (zeros at padding).
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
-            if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-                batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
-                tokens, _, placement = self._naflex_blocks(batch)
-                return {"patches": placement.unpack(self.norm(tokens)), "patch_valid": batch.patch_valid}
+            if is_naflex_call(x, patch_coord, patch_valid):
+                run = self._run_naflex(x, attn_mask, patch_valid, patch_coord)
+                return {"patches": run.placement.unpack(self.norm(run.tokens)), "patch_valid": run.batch.patch_valid}
         x, rope = self._embed(x)
         x, _ = self._run_blocks(x, attn_mask, rope=rope)
         return self.norm(x)
@@ -1113,7 +833,7 @@ class VisionTransformer(nn.Module):
             if isinstance(x, dict):
                 x, patch_valid = x["patches"], x.get("patch_valid", patch_valid)
             if patch_valid is not None:
-                patch_valid = naflex_batch.check_patch_valid(x, patch_valid, self.num_prefix_tokens)
+                patch_valid = check_patch_valid(x, patch_valid, self.num_prefix_tokens)
         if self.head_dist is not None:
             x_cls, x_dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
             if pre_logits:
@@ -1146,10 +866,9 @@ class VisionTransformer(nn.Module):
         timm's ``NaFlexVit`` positional order ``(patches, patch_coord, patch_valid)``.
         """
         if not torch.jit.is_scripting():  # TorchScript leaves this block out
-            if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-                batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
-                tokens, _, placement = self._naflex_blocks(batch)
-                return self.forward_head(placement.unpack(self.norm(tokens)), patch_valid=batch.patch_valid)
+            if is_naflex_call(x, patch_coord, patch_valid):
+                run = self._run_naflex(x, attn_mask, patch_valid, patch_coord)
+                return self.forward_head(run.placement.unpack(self.norm(run.tokens)), patch_valid=run.batch.patch_valid)
         if self.pooled_forward and attn_mask is None and self.pooled_token_count() > 0 and not _is_fx_proxy(x):
             return self.forward_head(self.forward_pooled_tokens(x))
         return self.forward_head(self.forward_features(x, attn_mask))
@@ -1160,7 +879,7 @@ class VisionTransformer(nn.Module):
         x, rope = self._embed(x)
         maps = []
         for block in self.blocks:
-            x, attn = block.forward_with_attention(x, rope)  # type: ignore[operator]  # each item is a Block
+            x, attn = block.forward_with_attention(x, rope)  # type: ignore[operator]  # each item is a TransformerBlock
             maps.append(attn)
         return self.norm(x), maps
 
@@ -1196,22 +915,21 @@ class VisionTransformer(nn.Module):
             take_indices, max_index, return_prefix_tokens, norm, stop_early, output_fmt, intermediates_only, output_dict
         )
         prefix = self.num_prefix_tokens
-        if naflex_batch.is_naflex_call(x, patch_coord, patch_valid):
-            batch = self._read_naflex(x, attn_mask, patch_valid, patch_coord)
+        if is_naflex_call(x, patch_coord, patch_valid):
             if output_fmt != "NLC":
                 raise NaFlexBatchError(
                     "patches",
                     "forward_intermediates of a NaFlex batch gives tokens only: pass "
                     "output_fmt='NLC' (each image has its own grid; patch_coord places them)",
                 )
-            tokens, kept, placement = self._naflex_blocks(batch, take_indices, norm, request.depth)
-            padded = [placement.unpack(y) for y in kept]
+            run = self._run_naflex(x, attn_mask, patch_valid, patch_coord, take_indices, norm, request.depth)
+            padded = [run.placement.unpack(y) for y in run.kept]
             return intermediates.assemble(
                 request,
                 [y[:, prefix:] for y in padded],
                 [y[:, :prefix] for y in padded],
-                lambda: placement.unpack(self.norm(tokens)),
-                extra={"patch_valid": batch.patch_valid},
+                lambda: run.placement.unpack(self.norm(run.tokens)),
+                extra={"patch_valid": run.batch.patch_valid},
             )
         height, width = x.shape[-2:]
         x, rope = self._embed(x)
@@ -1256,16 +974,3 @@ class VisionTransformer(nn.Module):
             self.fc_norm = nn.Identity()
             self.reset_classifier(0, "token" if self.distilled else "")
         return take_indices
-
-
-def _check_global_pool(global_pool: str, distilled: bool, class_token: bool) -> str:
-    if global_pool not in GLOBAL_POOLS:
-        raise ValueError(f"global_pool must be one of {GLOBAL_POOLS}, got {global_pool!r}")
-    if distilled and global_pool != "token":
-        raise ValueError(
-            f"a distilled model pools its class and distillation tokens: global_pool must be "
-            f"'token', got {global_pool!r}"
-        )
-    if global_pool == "token" and not class_token:
-        raise ValueError("global_pool='token' needs the class token: pass class_token=True or another global_pool")
-    return global_pool

@@ -35,7 +35,7 @@ from .gate.weight_dtypes import check_weight_dtypes
 from .layouts.page_release import release_mapped_range
 from .licenses import UNKNOWN, check_license_id, write_license_files
 from .models.build import build_on_meta
-from .models.variants import check_config_file
+from .models.config_file import check_config_file
 from .private_api import save_config_for_hf
 from .tensor_writer import TensorSpec, write_safetensors
 
@@ -243,7 +243,7 @@ def config_model_args(
 ) -> tuple[str, dict[str, Any]]:
     """The architecture and ``create_model`` keyword arguments a model directory's config asks for.
 
-    The config is data, checked by :func:`timm_vitscratch.models.variants.check_config_file` before
+    The config is data, checked by :func:`timm_vitscratch.models.config_file.check_config_file` before
     anything is built: an architecture of ours, a ``pretrained_cfg`` that sets only data fields (nothing that
     chooses what is loaded), ``model_args`` inside the allow-list and its bounds, and, with ``shapes`` (the
     weights' names -> shapes), an architecture that fits the weights. Raises :class:`ModelDirectoryError`

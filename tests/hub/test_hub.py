@@ -21,7 +21,7 @@ from timm_vitscratch import hub
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.inspect.counts import torchvision_param_count
-from timm_vitscratch.models.variants import HUB_WEIGHTS, register_hub_weights, unregister_hub_weights
+from timm_vitscratch.models.registry import HUB_WEIGHTS, register_hub_weights, unregister_hub_weights
 
 pytestmark = pytest.mark.slow  # push and pull through the local Hub server, fresh loading processes
 

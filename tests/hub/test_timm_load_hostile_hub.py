@@ -23,7 +23,7 @@ from timm_vitscratch import hub
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.hub import transfer
 from timm_vitscratch.hub.failures import HubAnswerError
-from timm_vitscratch.models.variants import unregister_hub_weights
+from timm_vitscratch.models.registry import unregister_hub_weights
 
 pytestmark = pytest.mark.slow  # hf-hub: loads against a hostile local Hub
 

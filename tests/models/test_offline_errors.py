@@ -18,7 +18,7 @@ from tests.support.pretrained_caches import REVISION, lay_in_hf_cache, offline_c
 from tests.support.sources import randomized
 from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import PretrainedWeightsUnavailable
-from timm_vitscratch.models.variants import register_hub_weights, unregister_hub_weights
+from timm_vitscratch.models.registry import register_hub_weights, unregister_hub_weights
 
 pytestmark = pytest.mark.slow  # loads of every tag with the Hub unreachable
 

@@ -28,7 +28,7 @@ from tests.support.sources import google_npz, timm_vit
 from timm_vitscratch import hub
 from timm_vitscratch.cli import main
 from timm_vitscratch.model_dir import check_model_directory
-from timm_vitscratch.models.variants import unregister_hub_weights
+from timm_vitscratch.models.registry import unregister_hub_weights
 
 pytestmark = pytest.mark.slow  # every route run under a profiler, push and pull included
 

@@ -23,7 +23,7 @@ PACKAGE = "timm_vitscratch"
 #: the units of the package, lowest first; a unit imports only units of lower layers
 LAYERS: list[tuple[str, ...]] = [
     ("choices", "errors", "private_api", "version"),
-    ("gate", "atomic_replace"),
+    ("gate", "atomic_replace", "weight_sources"),
     ("files",),
     ("tensor_writer", "licenses"),
     ("layouts",),

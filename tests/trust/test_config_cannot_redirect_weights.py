@@ -34,7 +34,7 @@ from timm_vitscratch.cli import main as cli_main
 from timm_vitscratch.errors import ModelArgsError, ModelDirectoryError
 from timm_vitscratch.files import sha256_file
 from timm_vitscratch.model_dir import check_model_directory
-from timm_vitscratch.models.variants import HUB_WEIGHTS
+from timm_vitscratch.models.registry import HUB_WEIGHTS
 
 pytestmark = pytest.mark.slow  # every loading route, the CLI in processes
 

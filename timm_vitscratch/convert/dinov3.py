@@ -12,23 +12,23 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConversionError
 from ..models.architecture import Arch
-from ..models.variants import ARCHITECTURES
+from ..models.variants import DINOV3
 from .source_format import ReferenceSpec
 
 if TYPE_CHECKING:
     from timm.models.eva import Eva
 
-#: the options that make a scratch model DINOv3 (rotary position, registers, Eva's names), as the variants have them
+#: the options that make a scratch model DINOv3 (rotary position, registers, Eva's names): the family record's
 FAMILY = {
-    k: ARCHITECTURES["scratch_dinov3_s16"][k]
+    k: DINOV3.options[k]
     for k in ("pos_embed", "rope_type", "rope_temperature", "dynamic_img_size", "global_pool", "fc_norm", "eva_names")
 }
-#: DINOv3's input size and LayerNorm eps (the variants'); a rotary model has no table that tells the size
-IMG_SIZE: int = ARCHITECTURES["scratch_dinov3_s16"]["img_size"]
-NORM_EPS: float = ARCHITECTURES["scratch_dinov3_s16"]["norm_eps"]
+#: DINOv3's input size and LayerNorm eps (the family's); a rotary model has no table that tells the size
+IMG_SIZE: int = DINOV3.options["img_size"]
+NORM_EPS: float = DINOV3.options["norm_eps"]
 #: the license of the DINOv3 weights in the layouts only Meta's DINOv3 releases use (Meta's own files, and
-#: transformers' DINOv3ViTModel, the layout of facebook/dinov3-* on the Hub): the family's, as timm's tags record it
-LICENSE = "dinov3-license"
+#: transformers' DINOv3ViTModel, the layout of facebook/dinov3-* on the Hub): the family's
+LICENSE: str = str(DINOV3.licence)
 #: our-layout keys only Eva's names have: DINOv3 from timm, or mapped from Meta / transformers
 EVA_KEYS = ("blocks.0.gamma_1", "blocks.0.attn.q_bias", "blocks.0.mlp.fc1_g.weight")
 
@@ -66,9 +66,7 @@ def dinov3_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     check_ranks(shapes)
     options: dict[str, Any] = dict(FAMILY)
     options["reg_tokens"] = shapes["reg_token"][1] if "reg_token" in shapes else 0  # none held: none built
-    options["init_values"] = (
-        ARCHITECTURES["scratch_dinov3_s16"]["init_values"] if "blocks.0.gamma_1" in shapes else None
-    )
+    options["init_values"] = DINOV3.options["init_values"] if "blocks.0.gamma_1" in shapes else None
     options["qkv_bias"] = "blocks.0.attn.q_bias" in shapes
     if "blocks.0.mlp.fc1_g.weight" in shapes:
         options["swiglu_mlp"] = True
@@ -76,17 +74,8 @@ def dinov3_options(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
 
 
 # --- the reference: timm's Eva ---------------------------------------------------------------------------------
-#: our option -> timm Eva's argument (the rest below are fixed for DINOv3)
-EVA_ARGS = {
-    "qkv_bias": "qkv_bias",
-    "init_values": "init_values",
-    "rope_temperature": "rope_temperature",
-    "reg_tokens": "num_reg_tokens",
-    "swiglu_mlp": "swiglu_mlp",
-    "swiglu_align_to": "swiglu_align_to",
-    "global_pool": "global_pool",
-    "dynamic_img_size": "dynamic_img_size",
-}
+#: our option -> timm Eva's argument, the family record's (the rest below are fixed for DINOv3)
+EVA_ARGS = DINOV3.timm_args
 #: options every DINOv3 model has that Eva spells its own way, or has implicitly
 EVA_IMPLIED = ("pos_embed", "rope_type", "eva_names", "fc_norm")
 

@@ -15,22 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConversionError
 from ..models.model_args import DEFAULTS
-from ..models.variants import ARCHITECTURES, EVA02_VARIANTS, PE_VARIANTS, TIMM_NAMES
+from ..models.variants import ARCHITECTURES, EVA02, PE
 from .dinov3 import check_ranks, eva_reference
 from .source_format import ReferenceSpec
 
 if TYPE_CHECKING:
     from timm.models.eva import Eva
 
-#: a registered variant of each family, whose arguments are the family's
-PE_ARGS = ARCHITECTURES["scratch_pe_core_b16"]
-PE_LAYER_SCALE_ARGS = ARCHITECTURES["scratch_pe_spatial_g14"]
-EVA02_ARGS = ARCHITECTURES["scratch_eva02_b14"]
-#: the licence each family's weights are published under, as timm's pretrained cfgs record it (``_pe_cfg``: Meta's
-#: Apache-2.0; ``_cfg``: BAAI's MIT)
-LICENSES = {"pe": "apache-2.0", "eva02": "mit"}
-#: the LayerNorm eps of each family: PE's norms are built with 1e-5, EVA02's with 1e-6
-NORM_EPS = {"pe": float(PE_ARGS["norm_eps"]), "eva02": 1e-6}
+#: each family's record, by the name conversion gives it
+FAMILIES = {family.name: family for family in (PE, EVA02)}
+#: the licence each family's weights are published under (the records')
+LICENSES = {name: str(family.licence) for name, family in FAMILIES.items()}
+#: the LayerNorm eps of each family: PE's norms are built with 1e-5, EVA02's with the model's default (1e-6)
+NORM_EPS = {name: float({**DEFAULTS, **family.options}["norm_eps"]) for name, family in FAMILIES.items()}
 
 
 #: the options either family sets, at the model's defaults: what neither the shapes nor the family change
@@ -59,15 +56,15 @@ UNRECORDED = (
 
 def eva_variant(architecture: object) -> str | None:
     """Our EVA02 / PE variant a model name stands for (ours, or the timm model of the same architecture)."""
-    family = {**EVA02_VARIANTS, **PE_VARIANTS}
-    if architecture in family:
+    names = {**EVA02.timm_names, **PE.timm_names}
+    if architecture in names:
         return str(architecture)
-    return next((ours for ours in family if TIMM_NAMES[ours] == architecture), None)
+    return next((ours for ours, theirs in names.items() if theirs == architecture), None)
 
 
 def variant_family(name: str) -> str:
     """``'pe'`` or ``'eva02'`` for one of our EVA02 / PE variants."""
-    return "pe" if name in PE_VARIANTS else "eva02"
+    return PE.name if name in PE.names else EVA02.name
 
 
 def variant_options(shapes: dict[str, tuple[int, ...]], name: str) -> dict[str, Any]:
@@ -109,7 +106,7 @@ def _pool_options(shapes: dict[str, tuple[int, ...]], width: int, family: str) -
         return dict(
             global_pool="map",
             pool_include_prefix=True,
-            attn_pool_num_heads=PE_ARGS["attn_pool_num_heads"],
+            attn_pool_num_heads=PE.presets["core"]["attn_pool_num_heads"],
             attn_pool_mlp_ratio=shapes.get("attn_pool.mlp.fc1.weight", (4 * width,))[0] / width,
             final_norm="norm.weight" in shapes,
         )
@@ -137,11 +134,11 @@ def eva_options(shapes: dict[str, tuple[int, ...]], ref_feat_shape: Any = None) 
     if "reg_token" in shapes:
         options["reg_tokens"] = shapes["reg_token"][1]
     if "blocks.0.gamma_1" in shapes:  # any value builds the gammas, which are then loaded
-        options["init_values"] = PE_LAYER_SCALE_ARGS["init_values"]
+        options["init_values"] = PE.presets["layer_scale"]["init_values"]
     if family == "pe":
         prefix = int(class_token) + options.get("reg_tokens", 0)
         options.update(
-            {k: PE_ARGS[k] for k in ("attn_type", "pre_norm", "rope_grid_indexing")},
+            {k: PE.options[k] for k in ("attn_type", "pre_norm", "rope_grid_indexing")},
             rope_grid_offset=float(class_token),  # Meta's rotary counts the class token as position 0
             ref_feat_shape=_grid(shapes, prefix) if ref_feat_shape is None else ref_feat_shape,
             qkv_bias="blocks.0.attn.qkv.bias" in shapes,
@@ -161,7 +158,7 @@ def eva_options(shapes: dict[str, tuple[int, ...]], ref_feat_shape: Any = None) 
             )
         options.update(
             swiglu_mlp=True,
-            ref_feat_shape=EVA02_ARGS["ref_feat_shape"],
+            ref_feat_shape=EVA02.options["ref_feat_shape"],
             qkv_bias=f"blocks.0.attn.{'q_proj.bias' if separate else 'q_bias'}" in shapes,
             qkv_fused=not separate,
             scale_mlp=scale_mlp,
@@ -178,29 +175,8 @@ def _packed_swiglu(shapes: dict[str, tuple[int, ...]]) -> bool:
 
 
 # --- the reference: timm's Eva ---------------------------------------------------------------------------------
-#: our option -> timm Eva's argument
-EVA_ARGS = {
-    "qkv_bias": "qkv_bias",
-    "qkv_fused": "qkv_fused",
-    "attn_type": "attn_type",
-    "init_values": "init_values",
-    "class_token": "class_token",
-    "reg_tokens": "num_reg_tokens",
-    "swiglu_mlp": "swiglu_mlp",
-    "swiglu_align_to": "swiglu_align_to",
-    "scale_mlp": "scale_mlp",
-    "scale_attn_inner": "scale_attn_inner",
-    "pre_norm": "use_pre_transformer_norm",
-    "fc_norm": "use_fc_norm",
-    "global_pool": "global_pool",
-    "attn_pool_num_heads": "attn_pool_num_heads",
-    "attn_pool_mlp_ratio": "attn_pool_mlp_ratio",
-    "rope_temperature": "rope_temperature",
-    "rope_grid_offset": "rope_grid_offset",
-    "rope_grid_indexing": "rope_grid_indexing",
-    "ref_feat_shape": "ref_feat_shape",
-    "dynamic_img_size": "dynamic_img_size",
-}
+#: our option -> timm Eva's argument (the records'; EVA02's and PE's are one map)
+EVA_ARGS = EVA02.timm_args
 #: options every EVA02 / PE model has that Eva has implicitly (its attention pool reads the prefix tokens too), or
 #: spells its own way (``final_norm``: Eva's norm after the blocks is there when asked for and no ``fc_norm`` is)
 EVA_IMPLIED = ("rope_type", "eva_names", "pool_include_prefix", "final_norm")

@@ -70,13 +70,10 @@ from ..model_dir import (
     write_config,
 )
 from ..models.build import build_on_meta
-from ..models.variants import (
-    ARCHITECTURES,
-    check_config_file,
-    file_pretrained_cfg,
-    register_hub_weights,
-    unknown_model_message,
-)
+from ..models.config_file import check_config_file, file_pretrained_cfg
+from ..models.pretrained_cfgs import unknown_model_message
+from ..models.registry import register_hub_weights
+from ..models.variants import ARCHITECTURES
 from ..models.vision_transformer import VisionTransformer
 from ..version import __version__
 from .cache import (

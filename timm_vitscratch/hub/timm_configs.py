@@ -18,7 +18,7 @@ from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from ..errors import PretrainedWeightsUnavailable
-from ..models.pretrained import OFFLINE, WeightsSource, cached_weights, not_reached, unreachable
+from ..weight_sources import OFFLINE, WeightsSource, cached_weights, not_reached, unreachable
 
 
 class HubFileUnavailable(PretrainedWeightsUnavailable, LocalEntryNotFoundError):

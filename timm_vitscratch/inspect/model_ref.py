@@ -21,9 +21,11 @@ from torch import nn
 from ..errors import ModelArgsError, ModelDirectoryError
 from ..gate.hub_config import read_hub_config
 from ..gate.json_data import read_json_object
-from ..models.pretrained import WeightsSource, cached_weights, not_reached, unreachable
-from ..models.variants import ARCHITECTURES, check_config_file, default_cfgs, unknown_model_message
+from ..models.config_file import check_config_file
+from ..models.pretrained_cfgs import default_cfgs, unknown_model_message
+from ..models.variants import ARCHITECTURES
 from ..models.vision_transformer import VisionTransformer
+from ..weight_sources import WeightsSource, cached_weights, not_reached, unreachable
 
 KINDS = (
     "a registered name (scratch_vit_b16), a pretrained tag (scratch_vit_b16.tv_in1k), a model directory "

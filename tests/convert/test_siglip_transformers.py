@@ -1,10 +1,11 @@
-"""SigLIP and SigLIP 2 from transformers, and SigLIP 2 back out, against transformers' own models.
+"""SigLIP and SigLIP 2 from transformers, and back out, against transformers' own models.
 
 transformers' ``SiglipVisionModel`` and ``Siglip2VisionModel`` are built small with random weights and saved with
 ``save_pretrained``; each is converted with ``vitscratch convert`` and with ``convert()``, and its
 ``last_hidden_state`` / ``pooler_output`` compared with our ``forward_features`` / pooled output at the default size
 and a non-square one. SigLIP 2 is fed its patchified image with ``spatial_shapes``; SigLIP at another size needs
-its table interpolated (``interpolate_pos_encoding=True``).
+its table interpolated (``interpolate_pos_encoding=True``). A classic row exports as a ``SiglipVisionModel`` (its one
+size, as timm's); a SigLIP 2 converted to the NaFlex row (``--model``) exports as a ``Siglip2VisionModel``.
 """
 
 from __future__ import annotations
@@ -171,8 +172,9 @@ def test_siglip2_state_dict_loads_into_a_model_of_another_size_as_transformers_r
     assert max(diffs(source, model, NON_SQUARE)) <= TOL
 
 
-def test_export_to_transformers_writes_a_siglip2_vision_model_and_the_round_trip(tmp_path, capsys):
-    """transformers -> ours -> transformers (Siglip2VisionModel, by AutoModel) -> ours, each against the source."""
+def test_export_to_transformers_writes_a_siglip_vision_model_and_the_round_trip(tmp_path, capsys):
+    """transformers (Siglip2VisionModel) -> ours (the classic row: one size) -> transformers (a SiglipVisionModel,
+    by AutoModel, at that size as the row) -> ours, each against the source."""
     source = siglip2()
     source.save_pretrained(tmp_path / "hf")
     convert(tmp_path / "hf", tmp_path / "ours1")
@@ -184,36 +186,77 @@ def test_export_to_transformers_writes_a_siglip2_vision_model_and_the_round_trip
         "preprocessor_config.json",
     ]
     back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
-    assert type(back).__name__ == "Siglip2VisionModel"
+    assert type(back).__name__ == "SiglipVisionModel" and back.config.image_size == SQUARE[0]
     again = convert(tmp_path / "hf2", tmp_path / "ours2", verify=True, strict=True)
     assert again.model_args == MODEL_ARGS
+    x = images(SQUARE)
+    with torch.no_grad():
+        a, b = back(pixel_values=x), source(**siglip2_inputs(x, PATCH))
+    found = (
+        (a.last_hidden_state - b.last_hidden_state).abs().max().item(),
+        (a.pooler_output - b.pooler_output).abs().max().item(),
+    )
+    report("ours -> transformers (against the source)", SQUARE, found)
+    assert max(found) <= TOL
     for size in (SQUARE, NON_SQUARE):
-        steps = {}
         x = images(size)
-        with torch.no_grad():
-            a, b = back(**siglip2_inputs(x, PATCH)), source(**siglip2_inputs(x, PATCH))
-        steps["ours -> transformers (against the source)"] = (
-            (a.last_hidden_state - b.last_hidden_state).abs().max().item(),
-            (a.pooler_output - b.pooler_output).abs().max().item(),
-        )
         ours1, ours2 = (ours_from(tmp_path / d, dynamic_img_size=True) for d in ("ours1", "ours2"))
         with torch.no_grad():
-            steps["ours -> transformers -> ours"] = ((ours2(x) - ours1(x)).abs().max().item(),) * 2
-        for what, found in steps.items():
-            report(what, size, found)
+            diff = (ours2(x) - ours1(x)).abs().max().item()
+        report("ours -> transformers -> ours", size, (diff, diff))
+        assert diff == 0
+
+
+def test_siglip2_converts_to_the_naflex_row_and_exports_back_as_siglip2(tmp_path, capsys):
+    """``--model scratch_siglip2_b16_naflex``: a Siglip2VisionModel becomes the NaFlex row (timm NaFlexVit's names:
+    the patch Linear as it is, the table as a grid), which gives transformers' outputs at any shape, and exports
+    back as a Siglip2VisionModel, tensor for tensor. The row's width is B/16's: one block, to stay small."""
+    source = randomize(
+        transformers.Siglip2VisionModel(
+            transformers.Siglip2VisionConfig(
+                num_patches=16,
+                hidden_size=768,
+                intermediate_size=3072,
+                num_hidden_layers=1,
+                num_attention_heads=12,
+                patch_size=PATCH,
+            )
+        )
+    )
+    source.save_pretrained(tmp_path / "hf")
+    naflex = "scratch_siglip2_b16_naflex"
+    argv = ["convert", "--from", "transformers", "--model", naflex, str(tmp_path / "hf"), str(tmp_path / "cli")]
+    assert main([*argv, "--verify", "--strict"]) == 0
+    assert "verify: max-abs-diff" in capsys.readouterr().out
+    result = convert(tmp_path / "hf", tmp_path / "ours", model=naflex, verify=True, strict=True)
+    assert result.model_name == naflex and result.verification.confirmed
+    for directory in ("cli", "ours"):
+        ours = ours_from(tmp_path / directory)
+        assert "embeds.pos_embed" in ours.state_dict()
+        for size in (SQUARE, NON_SQUARE):
+            found = diffs(source, ours, size)
+            report(f"SigLIP 2 -> {naflex} ({directory})", size, found)
             assert max(found) <= TOL
+    export(tmp_path / "ours", "transformers", tmp_path / "hf2")
+    back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
+    assert type(back).__name__ == "Siglip2VisionModel"
+    theirs = source.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in back.state_dict().items())
 
 
-def test_a_siglip_model_exports_as_siglip2_and_gives_siglip_outputs(tmp_path):
-    """SigLIP's tower converted, then written as a Siglip2VisionModel: the same function of the image."""
+def test_a_siglip_model_exports_as_siglip_and_gives_siglip_outputs(tmp_path):
+    """SigLIP's tower converted, then written back: a SiglipVisionModel, the same function of the image."""
     source = siglip()
     source.save_pretrained(tmp_path / "hf")
     convert(tmp_path / "hf", tmp_path / "out")
     export(tmp_path / "out", "transformers", tmp_path / "hf2")
     back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
+    assert type(back).__name__ == "SiglipVisionModel"
+    theirs = source.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in back.state_dict().items())
     x = images(SQUARE)
     with torch.no_grad():
-        diff = (back(**siglip2_inputs(x, PATCH)).pooler_output - source(pixel_values=x).pooler_output).abs().max()
+        diff = (back(pixel_values=x).pooler_output - source(pixel_values=x).pooler_output).abs().max()
     assert diff.item() <= TOL
 
 
@@ -241,12 +284,12 @@ def test_a_tower_without_a_head_pools_by_the_mean_and_exports_without_one(tmp_pa
         assert (tokens - ours.forward_features(x)).abs().max().item() <= TOL
         assert (tokens.mean(dim=1) - ours(x)).abs().max().item() <= TOL
     assert export(tmp_path / "out", "transformers", tmp_path / "hf2").notes == [
-        "this model has no MAP head: the Siglip2VisionModel is written without one"
+        "this model has no MAP head: the SiglipVisionModel is written without one"
     ]
     back = transformers.AutoModel.from_pretrained(tmp_path / "hf2").eval()
     assert not back.config.vision_use_head
     with torch.no_grad():
-        assert (back(**siglip2_inputs(x, PATCH)).last_hidden_state - tokens).abs().max().item() == 0
+        assert (back(pixel_values=x).last_hidden_state - tokens).abs().max().item() <= TOL
 
 
 def test_the_license_travels_with_the_export_as_for_dinov3(tmp_path):
@@ -287,7 +330,7 @@ def test_a_config_that_does_not_fit_the_weights_is_one_clear_error(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
-def test_export_refuses_what_a_siglip2_vision_model_cannot_hold(tmp_path):
+def test_export_refuses_what_a_siglip_vision_model_cannot_hold(tmp_path):
     siglip2().save_pretrained(tmp_path / "hf")
     convert(tmp_path / "hf", tmp_path / "wide", img_size=NON_SQUARE)
     with pytest.raises(ConversionError, match="no place for a 3x5 position table"):
@@ -297,7 +340,7 @@ def test_export_refuses_what_a_siglip2_vision_model_cannot_hold(tmp_path):
     )
     save_file(model.state_dict(), str(tmp_path / "timm.safetensors"))
     convert(tmp_path / "timm.safetensors", tmp_path / "classifier", num_heads=4)
-    with pytest.raises(ConversionError, match="Siglip2VisionModel has no classifier"):
+    with pytest.raises(ConversionError, match="SiglipVisionModel has no classifier"):
         export(tmp_path / "classifier", "transformers", tmp_path / "hf2")
     assert not (tmp_path / "hf2").exists()
 

@@ -25,6 +25,7 @@ from ..licenses import UNKNOWN, Statement, known_license, resolve_license, sourc
 from ..model_dir import config_model_args, model_config
 from ..models.architecture import Arch
 from ..models.build import build_on_meta
+from ..models.checkpoint_filter import NAFLEXVIT_NAMES, to_naflexvit
 from ..models.layers import to_2tuple
 from ..models.model_args import check_architecture, check_option
 from ..models.variants import ARCHITECTURES
@@ -224,14 +225,17 @@ def plan_conversion(
     except (ValueError, TypeError) as err:
         raise ConversionError(f"the shapes describe a model timm cannot build ({name} with {args}): {err}") from None
 
+    if tuple(target_size) != tuple(arch.img_size) and "pos_embed" in rules:
+        rules = {**rules, "pos_embed": rules["pos_embed"].then(_resampler(fmt, checkpoint, arch, target_size))}
+    own = meta_model.state_dict()
+    if any(name in own for name in NAFLEXVIT_NAMES):  # a NaFlex row (--model): timm NaFlexVit's names and shapes
+        rules = _naflexvit_rules(rules, meta_model)
     targets, missing = [], []
-    for target, expected in meta_model.state_dict().items():
+    for target, expected in own.items():
         rule = rules.get(target)
         if rule is None or not available(rule, keys):
             missing.extend([s for s in rule.sources if s not in keys] if rule else [target])
             continue
-        if target == "pos_embed" and tuple(target_size) != tuple(arch.img_size):
-            rule = rule.then(_resampler(fmt, checkpoint, arch, target_size))
         out = meta_output(rule, checkpoint, target)
         if not is_weight_dtype(out.dtype):  # the gate's one rule on weights' dtypes
             sources = [(source, checkpoint.dtype(source)) for source in rule.sources if source in checkpoint]
@@ -265,3 +269,18 @@ def plan_conversion(
         ignored,
         list(labels) if labels is not None else None,
     )
+
+
+def _naflexvit_rules(rules: KeyMap, model: nn.Module) -> KeyMap:
+    """A key map onto the classic names, onto a NaFlex row's (timm ``NaFlexVit``'s ``embeds``) as well: the patch
+    kernel as the model's Linear over flattened patches, the table as its (1, H, W, D) grid (the same functions as
+    :func:`~timm_vitscratch.models.checkpoint_filter.checkpoint_filter_fn`)."""
+    out = dict(rules)
+    for theirs, classic in NAFLEXVIT_NAMES.items():
+        if classic in rules:
+
+            def reshaped(tensor: torch.Tensor, classic: str = classic, theirs: str = theirs) -> torch.Tensor:
+                return torch.as_tensor(to_naflexvit({classic: tensor}, model)[theirs])
+
+            out[theirs] = rules[classic].then(reshaped)
+    return out

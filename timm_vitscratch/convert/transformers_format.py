@@ -18,7 +18,7 @@ from ..layouts.keymap import KeyMap
 from ..layouts.transformers import TransformersLayout, is_legacy, model_prefix
 from ..layouts.transformers_dinov2 import dinov2_export_map, is_dinov2
 from ..layouts.transformers_dinov3 import dinov3_export_map, is_dinov3
-from ..layouts.transformers_siglip import is_siglip, siglip2_export_map
+from ..layouts.transformers_siglip import is_siglip, is_siglip2, siglip_export_map
 from ..models.architecture import Arch
 from ..models.layers import to_2tuple
 from ..models.model_args import check_option
@@ -46,9 +46,10 @@ from .transformers_dinov3 import (
 from .transformers_siglip import (
     is_siglip_args,
     is_siglip_shapes,
-    siglip2_export_config,
+    siglip_export_config,
     siglip_hints,
     siglip_options,
+    siglip_preprocessing,
     siglip_recorded,
     siglip_reference,
 )
@@ -130,6 +131,8 @@ class TransformersFormat(TransformersLayout, SourceFormat):
             cfg["crop_pct"] = 1.0  # the processor resizes straight to the input size
         if is_dinov3(set(checkpoint.keys())):  # the layout of Meta's DINOv3 releases: the family's license
             cfg["license"] = LICENSE
+        if is_siglip(set(checkpoint.keys())) and not is_siglip2(checkpoint):  # SiglipImageProcessor: timm's transform
+            cfg.update(siglip_preprocessing(processor))
         return cfg
 
     def reference(self, checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
@@ -183,11 +186,11 @@ class TransformersFormat(TransformersLayout, SourceFormat):
         ]
         return Reference(classifier_input(model, heads, forward), forward, description)
 
-    # --- export: a DINOv3ViTModel, (SigLIP) Siglip2VisionModel or (DINOv2) Dinov2Model directory ------------------
+    # --- export: a DINOv3ViTModel, SiglipVisionModel (NaFlex: Siglip2VisionModel) or Dinov2Model directory --------
     def export_map(self, arch: Arch, keys: set[str]) -> KeyMap:
         if "cls_token" not in keys:  # SigLIP: a classic row, or a NaFlex row (timm NaFlexVit's ``embeds``)
             naflex, channels_last = "embeds.proj.weight" in keys, arch.options.get("patchify_channels_last", True)
-            return siglip2_export_map(arch.depth, "attn_pool.latent" in keys, naflex, channels_last is not False)
+            return siglip_export_map(arch.depth, "attn_pool.latent" in keys, naflex, channels_last is not False)
         if arch.options.get("eva_names"):  # DINOv3
             return dinov3_export_map(
                 arch.depth, "blocks.0.mlp.fc1_g.weight" in keys, "blocks.0.attn.q_bias" in keys, "reg_token" in keys
@@ -197,7 +200,7 @@ class TransformersFormat(TransformersLayout, SourceFormat):
 
     def export_config(self, arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
         if is_siglip_args(args):
-            return siglip2_export_config(arch, args)
+            return siglip_export_config(arch, args)
         if args.get("rope_type") or args.get("eva_names"):
             return dinov3_export_config(arch, args)
         return dinov2_export_config(arch, args)

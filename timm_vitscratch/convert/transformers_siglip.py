@@ -1,6 +1,7 @@
 """transformers' ``SiglipVisionModel`` / ``Siglip2VisionModel``: what conversion adds to their layout
 (:mod:`timm_vitscratch.layouts.transformers_siglip`), for the ``transformers`` source: the config.json's facts, the
-reference model, and the ``Siglip2VisionConfig`` written on export.
+reference model, and the config written on export: a classic (fixed-size) SigLIP row's ``SiglipVisionConfig``, a
+NaFlex row's ``Siglip2VisionConfig``.
 
 A full model's config (``model_type`` ``siglip`` / ``siglip2``) holds the tower's in ``vision_config``. Every field
 is bounded as our own option is, then compared with the weights, before anything is built. The activation is
@@ -173,8 +174,15 @@ def is_siglip_shapes(shapes: dict[str, tuple[int, ...]]) -> bool:
 
 
 def is_siglip_args(args: dict[str, Any]) -> bool:
-    """A model's constructor arguments are SigLIP's (no class token, no rotary): exported as a Siglip2VisionModel."""
+    """A model's constructor arguments are SigLIP's (no class token, no rotary): exported as a SiglipVisionModel,
+    or a Siglip2VisionModel when they are a NaFlex row's (:func:`is_naflex_args`)."""
     return args.get("class_token") is False and not args.get("rope_type")
+
+
+def is_naflex_args(args: dict[str, Any]) -> bool:
+    """A SigLIP 2 NaFlex row's arguments (timm ``NaFlexVit``'s embedding): exported as a Siglip2VisionModel, which
+    takes images of any shape as NaFlex does; a classic row takes its one size, as a SiglipVisionModel does."""
+    return bool(args.get("naflex_embeds"))
 
 
 def siglip_config(arch: Arch, siglip2: bool) -> Any:
@@ -243,8 +251,42 @@ def siglip_reference(checkpoint: Checkpoint, spec: ReferenceSpec) -> Reference:
     return Reference(features, None, f"transformers' {cls.__name__}")
 
 
-#: model options a Siglip2VisionModel has no place for, with the value it builds
-NOT_IN_SIGLIP2 = {
+#: PIL's resampling filters (a processor's ``resample``) -> timm's interpolation names
+INTERPOLATIONS = {3: "bicubic", 2: "bilinear", 0: "nearest", 1: "lanczos"}
+
+
+def siglip_preprocessing(processor: dict[str, Any]) -> dict[str, Any]:
+    """timm's eval transform for a SigLIP processor's fields (a SiglipImageProcessor as Google's resizes straight
+    to the size: ``squash``; as our export writes timm's: the short side to ``size / crop_pct``, then the centre
+    cut); the resampling filter. Fields of another shape or type say nothing (the row's own stay)."""
+    cfg: dict[str, Any] = {}
+    resample = processor.get("resample")
+    if type(resample) is int and resample in INTERPOLATIONS:
+        cfg["interpolation"] = INTERPOLATIONS[resample]
+    size, crop = processor.get("size"), processor.get("crop_size")
+    if not isinstance(size, dict):
+        return cfg
+    if not processor.get("do_center_crop", False):
+        if type(size.get("height")) is int and type(size.get("width")) is int:
+            cfg.update(crop_pct=1.0, crop_mode="squash")
+        return cfg
+    edge, side = size.get("shortest_edge"), crop.get("height") if isinstance(crop, dict) else None
+    if type(edge) is int and type(side) is int and 0 < side <= edge <= MAX_PATCHES * side:
+        cfg.update(crop_pct=_crop_pct(side, edge), crop_mode="center")
+    return cfg
+
+
+def _crop_pct(side: int, edge: int) -> float:
+    """The shortest crop fraction timm resizes by to ``edge`` (``floor(side / crop_pct)``) for a crop of ``side``."""
+    for digits in (2, 3, 4):
+        pct = round(side / edge, digits)
+        if 0 < pct <= 1 and math.floor(side / pct) == edge:
+            return pct
+    return side / edge
+
+
+#: model options a SiglipVisionModel / Siglip2VisionModel has no place for, with the value it builds
+NOT_IN_SIGLIP = {
     "class_token": False,
     "reg_tokens": 0,
     "distilled": False,
@@ -263,10 +305,13 @@ NOT_IN_SIGLIP2 = {
 }
 
 
-def siglip2_export_config(arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
-    """The Siglip2VisionConfig a SigLIP model ``args`` (its full constructor arguments) is written with, and notes;
-    refuses what a Siglip2VisionModel cannot hold."""
-    odd = [f"{k}={args.get(k)!r}" for k, v in NOT_IN_SIGLIP2.items() if not _same(args.get(k, v), v)]
+def siglip_export_config(arch: Arch, args: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The config a SigLIP model ``args`` (its full constructor arguments) is written with, and notes: a classic row's
+    SiglipVisionConfig (its image size: the model transformers runs at it is ours there, as timm's is), a NaFlex
+    row's Siglip2VisionConfig (its patch budget); refuses what that class cannot hold."""
+    naflex = is_naflex_args(args)
+    target = "Siglip2VisionModel" if naflex else "SiglipVisionModel"
+    odd = [f"{k}={args.get(k)!r}" for k, v in NOT_IN_SIGLIP.items() if not _same(args.get(k, v), v)]
     pool = args.get("global_pool")
     if pool not in ("map", "avg") or (pool == "avg" and args.get("fc_norm") is not False):
         odd.append(f"global_pool={pool!r}, fc_norm={args.get('fc_norm')!r} (its pooling is the MAP head, or none)")
@@ -276,22 +321,22 @@ def siglip2_export_config(arch: Arch, args: dict[str, Any]) -> tuple[Any, list[s
         odd.append(f"attn_pool_num_heads={args['attn_pool_num_heads']!r} (its head uses the blocks' heads)")
     if arch.grid[0] != arch.grid[1]:
         odd.append(f"a {arch.grid[0]}x{arch.grid[1]} position table (its table is a square grid)")
-    if args.get("naflex_embeds") and args.get("pos_embed_interp_mode", "bicubic") != SIGLIP2_RESAMPLE.interpolation:
+    if naflex and args.get("pos_embed_interp_mode", "bicubic") != SIGLIP2_RESAMPLE.interpolation:
         # a NaFlex row meets images of any grid: the table must resample as transformers' does, bilinearly
         odd.append(
             f"pos_embed_interp_mode={args.get('pos_embed_interp_mode', 'bicubic')!r} (it resamples the position "
             f"table to each image's grid bilinearly, with antialiasing)"
         )
     if odd:
-        raise ConversionError(f"transformers' Siglip2VisionModel has no place for {', '.join(odd)}")
+        raise ConversionError(f"transformers' {target} has no place for {', '.join(odd)}")
     if arch.num_classes:
         raise ConversionError(
-            f"transformers' Siglip2VisionModel has no classifier, and this model has one of {arch.num_classes} "
+            f"transformers' {target} has no classifier, and this model has one of {arch.num_classes} "
             f"classes; export it to timm, or export a num_classes=0 model"
         )
     options = {k: args[k] for k in ("act_layer", "global_pool") if args.get(k) is not None}
-    notes = [] if pool == "map" else ["this model has no MAP head: the Siglip2VisionModel is written without one"]
-    return siglip_config(replace(arch, options=options), True), notes
+    notes = [] if pool == "map" else [f"this model has no MAP head: the {target} is written without one"]
+    return siglip_config(replace(arch, options=options), naflex), notes
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -12,10 +12,11 @@ image processor does; it becomes our convolution by a reshape (3 channels: a Lin
 channels from the patch size, and every SigLIP 2 is RGB). Its position table is resized per image bilinearly
 with antialiasing (``Siglip2VisionEmbeddings.resize_positional_embeddings``), which :data:`SIGLIP2_RESAMPLE` says.
 
-Exported from a SigLIP 2 NaFlex row (timm ``NaFlexVit``'s names: ``embeds.proj`` a Linear over flattened
-patches, ``embeds.pos_embed`` a (1, H, W, D) grid), the Linear is SigLIP 2's as it is when its patches are
-(row, column, channel), as the rows' are, and reordered from (channel, row, column) otherwise; the grid is the
-(H * W, D) table read row by row.
+Export writes a classic (fixed-resolution) SigLIP row as a ``SiglipVisionModel``, whose patch convolution and
+(N, D) table are ours, used at the one size as ours and timm's are. A SigLIP 2 NaFlex row (timm ``NaFlexVit``'s
+names: ``embeds.proj`` a Linear over flattened patches, ``embeds.pos_embed`` a (1, H, W, D) grid) is written as a
+``Siglip2VisionModel``: the Linear is SigLIP 2's as it is when its patches are (row, column, channel), as the
+rows' are, and reordered from (channel, row, column) otherwise; the grid is the (H * W, D) table read row by row.
 """
 
 from __future__ import annotations
@@ -152,9 +153,10 @@ def grid_to_table(pos_embed: torch.Tensor) -> torch.Tensor:
     return pos_embed.reshape(-1, pos_embed.shape[-1])
 
 
-def siglip2_export_map(depth: int, head: bool, naflex: bool = False, channels_last: bool = True) -> KeyMap:
-    """A Siglip2VisionModel's names (as ``save_pretrained`` writes them) <- ours: a classic SigLIP's, or with
-    ``naflex`` a NaFlex row's (its patch Linear over ``channels_last`` flattened patches, or channels first)."""
+def siglip_export_map(depth: int, head: bool, naflex: bool = False, channels_last: bool = True) -> KeyMap:
+    """A SiglipVisionModel's names (as ``save_pretrained`` writes them) <- a classic SigLIP row's; with ``naflex``
+    a Siglip2VisionModel's <- a NaFlex row's (its patch Linear over ``channels_last`` flattened patches, or channels
+    first). The two classes name every tensor alike; SigLIP's patch embedding is our convolution as it is."""
     if naflex:
         patch = (
             Rule.rename("embeds.proj.weight")
@@ -168,7 +170,7 @@ def siglip2_export_map(depth: int, head: bool, naflex: bool = False, channels_la
         }
     else:
         rules = {
-            "embeddings.patch_embedding.weight": Rule(("patch_embed.proj.weight",), conv_to_patch),
+            "embeddings.patch_embedding.weight": Rule.rename("patch_embed.proj.weight"),
             "embeddings.patch_embedding.bias": Rule.rename("patch_embed.proj.bias"),
             "embeddings.position_embedding.weight": Rule(("pos_embed",), pos_embed_to_table),
         }

@@ -7,10 +7,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# pytest-xdist workers (each file's tests run in one of them); WORKERS=0 runs the suite in this process
+# pytest-xdist workers (each file's tests run in one of them, the longest files first: tests/conftest.py);
+# WORKERS=0 runs the suite in this process
 WORKERS ?= 2
+# FULL=1 runs the full sweep (every zoo row in the per-row tests, every fuzz case, every model in timm's suite; as CI
+# does): the default runs a representative subset of those (docs/install.md#running-the-tests)
+FULL ?=
+export VITSCRATCH_FULL_SWEEP := $(if $(FULL),1,$(VITSCRATCH_FULL_SWEEP))
 # pytest options for the test targets: the 15 slowest tests are named at the end; PYTEST_ARGS=-v names each test as it ends
-PYTEST := -n $(WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+XDIST := $(if $(filter 0,$(WORKERS)),,--dist loadfile --no-loadscope-reorder)
+PYTEST := -n $(WORKERS) $(XDIST) --durations=15 $(PYTEST_ARGS)
 STAMP := $(VENV)/.installed-stamp
 MIN_VENV ?= .venv-min
 MIN_BIN := $(MIN_VENV)/bin

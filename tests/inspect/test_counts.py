@@ -10,6 +10,7 @@ import torch
 import torchvision
 from torchsummary import summary as torchsummary_summary
 
+from tests.support import sweep
 from timm_vitscratch.inspect.counts import (
     analytic_param_count,
     block_param_breakdown,
@@ -129,8 +130,11 @@ def test_analytic_count_and_breakdown(name, num_classes):
         assert block == block_param_formula(h) == 12 * h**2 + 13 * h
 
 
-@pytest.mark.parametrize("name", sorted(TIMM_NAMES))
-@pytest.mark.parametrize("num_classes", [None, 1000])
+@pytest.mark.parametrize(
+    ("name", "num_classes"),
+    # every row with its own head; another head count on the representative rows (every one: the full sweep)
+    [(name, None) for name in sorted(TIMM_NAMES)] + [(name, 1000) for name in sweep.rows(sorted(TIMM_NAMES))],
+)
 def test_family_counts_equal_timm_on_meta(name, num_classes):
     """True and torchsummary counts of each DINOv2 / DINOv3 / SigLIP / SigLIP 2 NaFlex / EVA02 / PE variant against
     timm's model of the same architecture, built on meta: the same parameters, by name and shape."""

@@ -13,7 +13,7 @@ import torch
 import torchvision
 from torch.utils.flop_counter import FlopCounterMode
 
-from tests.support import tiny
+from tests.support import sweep, tiny
 from timm_vitscratch.inspect.flops import forward_macs
 from timm_vitscratch.inspect.report import build_report
 from timm_vitscratch.models.build import build_on_meta
@@ -46,7 +46,7 @@ def assert_within_one_percent(analytic, counted):
 
 
 @pytest.mark.slow  # torch's FLOP counter over every variant
-@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("name", sweep.rows(sorted(ARCHITECTURES)))
 def test_every_variant_matches_flop_counter(name):
     model = build_on_meta(name).eval()
     flops = build_report(name, batch=2, activations=False)["flops"]

@@ -13,6 +13,7 @@ import pytest
 import timm
 import torch
 
+from tests.support import sweep
 from tests.support.dinov3_pairs import TINY_DINOV3, dinov3_pair, max_diff, perturbed
 from timm_vitscratch.models.variants import DINOV3_TIMM_NAMES
 
@@ -64,7 +65,7 @@ def _output_diffs(reference: torch.nn.Module, ours: torch.nn.Module, x: torch.Te
 
 
 @pytest.mark.slow  # ViT-7B's true width at one block, H+ and L at two
-@pytest.mark.parametrize("name", list(DINOV3_TIMM_NAMES))
+@pytest.mark.parametrize("name", sweep.rows(DINOV3_TIMM_NAMES))
 def test_timm_state_dict_loads_strict_and_outputs_equal_timm(name: str) -> None:
     depth = _depth(name)
     reference, ours = dinov3_pair(name, depth=depth, num_classes=10)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.models.test_module_tree_timm import hooked_pass, max_diffs
+from tests.support import sweep
 from tests.support.dinov3_pairs import TINY_DINOV3, dinov3_pair
 from tests.support.timm_pairs import set_fused_attn
 from timm_vitscratch.models.variants import DINOV3_TIMM_NAMES
@@ -88,7 +89,7 @@ def test_every_timm_module_fires_with_timms_tensors(name: str, mode: str, fused:
 
 
 @pytest.mark.slow  # the true widths, up to the 7B's 4096, one block each
-@pytest.mark.parametrize("name", [n for n in DINOV3_TIMM_NAMES if n != "scratch_dinov3_t16_qkvb"])
+@pytest.mark.parametrize("name", sweep.rows(n for n in DINOV3_TIMM_NAMES if n != "scratch_dinov3_t16_qkvb"))
 def test_every_timm_module_fires_with_timms_tensors_at_true_width(name: str) -> None:
     report = compare(name, "eval", True, (64, 48), depth=1)
     check(report, name, True, f"{name} (true width, depth 1) eval fused")

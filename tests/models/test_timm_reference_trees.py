@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import timm_vitscratch  # noqa: F401  (registers the models)
+from tests.support import sweep
 from timm_vitscratch.models.variants import ARCHITECTURES, TIMM_NAMES
 
 #: the classic ViT rows -> timm's ``VisionTransformer`` of the same size and patch (the in21k rows: the same)
@@ -156,7 +157,8 @@ def test_every_row_with_a_timm_reference_has_its_module_tree_and_state_dict() ->
     unexplained: dict[str, list[str]] = {}
     used: dict[object, int] = {}
     exact = 0
-    for ours, theirs in REFERENCES.items():
+    walked = sweep.rows(REFERENCES)  # every row with VITSCRATCH_FULL_SWEEP=1
+    for ours, theirs in ((name, REFERENCES[name]) for name in walked):
         bad, entries = differences(ours, theirs)
         if bad:
             unexplained[ours] = bad
@@ -165,9 +167,10 @@ def test_every_row_with_a_timm_reference_has_its_module_tree_and_state_dict() ->
             used[entry] = used.get(entry, 0) + 1
     assert unexplained == {}
     allowed = [*EXTRA_MODULES, *EXTRA_KEYS, *CLASS_PAIRS, *BASE_PAIRS, *KEY_ORDER]
-    assert [entry for entry in allowed if entry not in used] == [], "an allow-list entry no row uses"
+    if sweep.FULL_SWEEP:  # an entry may serve rows outside the representative subset
+        assert [entry for entry in allowed if entry not in used] == [], "an allow-list entry no row uses"
     print(
-        f"{len(REFERENCES)} rows walked against timm's models on meta: {exact} with the same module names, "
+        f"{len(walked)} rows walked against timm's models on meta: {exact} with the same module names, "
         f"torch.nn types, keys and shapes (our class names aside); {len(allowed)} known differences allowed "
         f"({len(EXTRA_MODULES)} extra modules, {len(EXTRA_KEYS)} extra keys, {len(CLASS_PAIRS)} class pairs, "
         f"{len(BASE_PAIRS)} torch.nn type pair, {len(KEY_ORDER)} key order), used by rows: "

@@ -1,10 +1,18 @@
 """How many cases each fuzzed surface runs: one table, read by the fuzz tests (which assert that exactly
-this many ran) and printed for docs/guarantees.md by ``python -m tests.support.fuzz_plan``."""
+this many ran) and printed for docs/guarantees.md by ``python -m tests.support.fuzz_plan``.
+
+``make test`` runs a quarter of each drawn surface's cases (at least 8: the first ones hypothesis draws, the
+same every run); the full sweep (``VITSCRATCH_FULL_SWEEP=1``, as CI runs) runs them all. An exhaustive list
+always runs whole.
+"""
 
 from __future__ import annotations
 
-#: surface -> cases per run (deterministic: hypothesis with derandomize=True, or an exhaustive list)
-PLAN = {
+from tests.support.sweep import FULL_SWEEP
+
+#: surface -> cases per run of the full sweep (deterministic: hypothesis with derandomize=True, or an
+#: exhaustive list)
+FULL_PLAN = {
     # damaged bytes (tests/convert/test_fuzz_loaders.py)
     "checkpoint reader, safetensors": 150,
     "checkpoint reader, torch-zip": 150,
@@ -50,12 +58,36 @@ PLAN = {
     # every combination of two writers (tests/hub/test_concurrent_writers.py, exhaustive)
     "concurrent writers of one target (convert, pull, export)": 30,
 }
+#: the surfaces whose cases are an exhaustive list, not draws: run whole every time
+EXHAUSTIVE = frozenset(
+    {"symlinks and special files in a model directory", "concurrent writers of one target (convert, pull, export)"}
+)
+#: the share of a drawn surface's cases ``make test`` runs, and the fewest it runs
+DEFAULT_SHARE, DEFAULT_MIN = 4, 8
+
+
+#: surfaces ``make test`` runs whole all the same: cheap (a few seconds), and their first cases do not reach both
+#: outcomes (the few that load come late)
+WHOLE_BY_DEFAULT = frozenset({"config.json bytes (read_config + check_model_directory)"})
+
+
+def default_cases(surface: str) -> int:
+    """The cases ``make test`` runs of ``surface`` without the full sweep."""
+    full = FULL_PLAN[surface]
+    if surface in EXHAUSTIVE or surface in WHOLE_BY_DEFAULT:
+        return full
+    return min(full, max(DEFAULT_MIN, full // DEFAULT_SHARE))
+
+
+#: surface -> the cases this run runs
+PLAN = dict(FULL_PLAN) if FULL_SWEEP else {surface: default_cases(surface) for surface in FULL_PLAN}
 
 
 def table() -> str:
-    rows = ["| surface | cases per run |", "|---|---|"]
-    rows += [f"| {surface} | {cases} |" for surface, cases in PLAN.items()]
-    rows.append(f"| **total** | **{sum(PLAN.values())}** |")
+    rows = ["| surface | cases, make test | cases, full sweep (CI) |", "|---|---|---|"]
+    rows += [f"| {surface} | {default_cases(surface)} | {cases} |" for surface, cases in FULL_PLAN.items()]
+    total = sum(default_cases(surface) for surface in FULL_PLAN)
+    rows.append(f"| **total** | **{total}** | **{sum(FULL_PLAN.values())}** |")
     return "\n".join(rows)
 
 

@@ -97,11 +97,60 @@ class _VersionAction(argparse.Action):
 
 
 # --- commands: each imports the library only when it runs ---------------------------------------------
-def _cmd_list(args: argparse.Namespace) -> int:
-    from timm_vitscratch.inspect.render import pretrained_table, zoo_table
+def _read_zoo_counts() -> ModuleType:
+    """``timm_vitscratch/inspect/zoo_counts.py`` run on its own (only the standard library at its top): the pinned
+    counts of ``vitscratch list``, printed without importing the package."""
+    from importlib.util import module_from_spec, spec_from_file_location
 
-    print(pretrained_table() if args.pretrained else zoo_table(reference=not args.no_reference))
+    package = _package_dir()
+    spec = spec_from_file_location("timm_vitscratch_zoo_counts", (package or Path(".")) / "inspect" / "zoo_counts.py")
+    if package is None or spec is None or spec.loader is None:
+        raise SystemExit(f"{PROG}: error: timm_vitscratch is not importable")
+    module = module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    reference = not args.no_reference
+    if args.pretrained:
+        from timm_vitscratch.inspect.render import pretrained_table
+
+        print(pretrained_table())
+        return 0
+    if args.live:
+        return _list_live(reference)
+    # the pinned counts, while the registry's sources are those they were generated from: no torch, no model built
+    zoo = _read_zoo_counts()
+    rows = zoo.pinned_rows()
+    if rows is None:  # the registry has changed since: imported, and a variant not pinned built for its row
+        from timm_vitscratch.inspect.render import zoo_table
+
+        print(zoo_table(reference=reference))
+        return 0
+    print(zoo.zoo_text(rows, reference))
     return 0
+
+
+def _list_live(reference: bool) -> int:
+    """Every row built and counted, a column saying whether it equals the pinned one; status 1 where any differs."""
+    from timm_vitscratch.inspect import zoo_counts
+
+    live = zoo_counts.live_rows(reference)
+    found = zoo_counts.differences(live, reference=reference)
+    header = zoo_counts.HEADER + (zoo_counts.REFERENCE_HEADER if reference else []) + ["pinned"]
+    cells = [zoo_counts.table_cells(row, reference) + ["NO" if row.name in found else "yes"] for row in live]
+    print(zoo_counts.render_table(header, cells))
+    print()
+    for name, words in found.items():
+        print(f"{name}: {words}" if name else words)
+    where = f"timm_vitscratch/inspect/{zoo_counts.DATA.name}"
+    if found:
+        print(f"the pinned counts ({where}) are stale: regenerate them with {zoo_counts.GENERATE}")
+    else:
+        print(f"all {len(live)} rows equal the pinned counts ({where})")
+    return 1 if found else 0
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -366,10 +415,17 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
         action="store_true",
         help="skip the reference counts, torchvision's or timm's (the last two columns)",
     )
-    p_list.add_argument(
+    shown = p_list.add_mutually_exclusive_group()
+    shown.add_argument(
         "--pretrained",
         action="store_true",
         help="the pretrained tags instead: weights, classes, preprocessing, license, top-1",
+    )
+    shown.add_argument(
+        "--live",
+        action="store_true",
+        help="build every model and reference on meta and count them, instead of reading the counts pinned in "
+        "the package; say whether each row equals the pinned one (status 1 if any differs)",
     )
     p_list.set_defaults(func=_cmd_list)
 
@@ -576,6 +632,8 @@ class _TerminalSafeOutput:
         self.stream = stream
 
     def write(self, text: str) -> int:
+        if text.replace("\n", "").replace("\t", "").isprintable():  # nothing to escape (and the package unimported)
+            return self.stream.write(text)
         from timm_vitscratch.errors import terminal_safe  # a command has imported the package by now
 
         return self.stream.write(terminal_safe(text))

@@ -17,8 +17,8 @@ def test_summary_explains_both_counts(capsys):
         assert text in out
 
 
-@pytest.mark.slow  # every variant built and counted
 def test_list_has_every_variant_and_the_reference_models_agree(capsys):
+    """The counts pinned in the package (tests/inspect/test_zoo_counts.py counts them afresh)."""
     from timm_vitscratch.models.variants import ARCHITECTURES
 
     assert main(["list"]) == 0
@@ -51,6 +51,73 @@ def test_timms_name_points_to_its_mirror_and_a_folder_is_not_taken_for_a_model(t
     assert main(["summary", "qqqq"]) == 2
     err = capsys.readouterr().err
     assert "vitscratch list shows every registered name" in err and "scratch_vit_b16," not in err
+
+
+def test_list_prints_the_pinned_counts_and_imports_neither_torch_nor_the_package(tmp_path):
+    """`vitscratch list` reads the counts the package pins: no model is built, not even torch is imported."""
+    from timm_vitscratch.inspect.zoo_counts import read, zoo_text
+
+    code = (
+        "import sys, timm_vitscratch_cli as cli\n"
+        "assert cli.main(['list']) == 0 and cli.main(['list', '--no-reference']) == 0\n"
+        "print(sorted(m for m in ('torch', 'timm', 'timm_vitscratch') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = list(read()[1].values())
+    assert done.stdout == f"{zoo_text(rows)}\n{zoo_text(rows, reference=False)}\n[]\n"
+
+
+def test_list_reads_the_registry_when_its_sources_are_not_the_pinned_ones(monkeypatch, capsys):
+    """models/variants.py or family.py changed since the counts were pinned: the registry's rows are printed
+    (tests/inspect/test_zoo_counts.py: a row the file does not hold is built for it)."""
+    import timm_vitscratch_cli as cli
+    from timm_vitscratch.inspect import render
+
+    standalone = cli._read_zoo_counts()
+    monkeypatch.setattr(standalone, "pinned_rows", lambda: None)
+    monkeypatch.setattr(cli, "_read_zoo_counts", lambda: standalone)
+    monkeypatch.setattr(render, "zoo_table", lambda reference=True: f"the registry's rows, reference={reference}")
+    assert main(["list", "--no-reference"]) == 0
+    assert capsys.readouterr().out == "the registry's rows, reference=False\n"
+
+
+def test_list_live_says_whether_each_row_equals_the_pinned_one(monkeypatch, capsys):
+    """--live counts every row afresh (stand-ins here: tests/inspect/test_zoo_counts.py counts them), a column
+    says whether each equals the pinned row, and any difference is named, with status 1."""
+    from dataclasses import replace
+
+    from timm_vitscratch.inspect import zoo_counts
+
+    rows = list(zoo_counts.read()[1].values())
+    monkeypatch.setattr(zoo_counts, "live_rows", lambda reference=True: rows)
+    assert main(["list", "--live"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[-3:] == ["reference", "same", "pinned"]
+    assert all(line.endswith(" yes") for line in out[2 : 2 + len(rows)])
+    assert out[-1] == f"all {len(rows)} rows equal the pinned counts (timm_vitscratch/inspect/zoo_counts.json)"
+
+    changed = replace(rows[2], leaf_module=rows[2].leaf_module + 1, reference=None, reference_true=None)
+    monkeypatch.setattr(zoo_counts, "live_rows", lambda reference=True: [*rows[:2], changed, *rows[3:]])
+    assert main(["list", "--live", "--no-reference"]) == 1  # the references are not compared, our counts are
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[-2:] == ["hidden", "pinned"]
+    assert [line.split()[0] for line in out[2:-3] if line.endswith(" NO")] == [rows[2].name]
+    assert out[-2:] == [
+        f"{rows[2].name}: leaf_module pinned {rows[2].leaf_module}, live {rows[2].leaf_module + 1}",
+        "the pinned counts (timm_vitscratch/inspect/zoo_counts.json) are stale: regenerate them with "
+        "python -m timm_vitscratch.inspect.zoo_counts",
+    ]
+
+
+@pytest.mark.slow  # builds the wheel and a venv
+def test_the_wheel_ships_the_pinned_counts(built_wheel):
+    import zipfile
+
+    from timm_vitscratch.inspect.zoo_counts import DATA
+
+    with zipfile.ZipFile(built_wheel) as wheel:
+        assert wheel.read("timm_vitscratch/inspect/zoo_counts.json") == DATA.read_bytes()
 
 
 def test_attention_mistakes_are_answered_before_torch_is_imported(tmp_path):

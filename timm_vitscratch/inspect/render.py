@@ -7,50 +7,17 @@ import textwrap
 from collections import OrderedDict
 from typing import Any
 
-from ..models import VisionTransformer
-from ..models.build import build_on_meta
-from ..models.variants import ARCHITECTURES
-from .counts import leaf_module_param_count, reference_param_count, true_param_count
 from .layer_table import LayerRow, render_layer_table
 from .report import build_report
-
-
-def _fmt(value: int | None) -> str:
-    return "—" if value is None else f"{value:,}"
+from .zoo_counts import registry_rows, render_table, zoo_text
 
 
 def zoo_table(reference: bool = True) -> str:
     """Every registered variant at its default head: true count, leaf count, and the true count of the same
-    architecture in torchvision (classic ViT) or timm (DINOv3), built on ``meta``."""
-    header = ["model", "classes", "true count", "torchsummary count", "hidden"]
-    if reference:
-        header += ["reference", "same"]
-    rows: list[list[str]] = []
-    for name in ARCHITECTURES:
-        model = build_on_meta(name)
-        assert isinstance(model, VisionTransformer)  # every registered variant is one
-        true_count, leaf_count = true_param_count(model), leaf_module_param_count(model)
-        row = [name, str(model.num_classes), _fmt(true_count), _fmt(leaf_count), _fmt(true_count - leaf_count)]
-        if reference:
-            found = reference_param_count(name, int(model.num_classes))
-            row += ["—", "—"] if found is None else [f"{found[1]:,} ({found[0]})", _same(found[1], true_count)]
-        rows.append(row)
-    return _render(header, rows)
-
-
-def _same(theirs: int, ours: int) -> str:
-    return "yes" if theirs == ours else "NO"
-
-
-def _render(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
-        )
-
-    return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+    architecture in torchvision (classic ViT) or timm (DINOv3 ...). The counts are those pinned in
+    ``zoo_counts.json`` (:mod:`.zoo_counts`); a variant the file does not hold at its arguments is built on
+    ``meta`` and counted (``vitscratch list --live`` builds them all: :func:`.zoo_counts.live_rows`)."""
+    return zoo_text(registry_rows(reference), reference)
 
 
 def count_summary(model_name: str, num_classes: int | None = None) -> str:
@@ -320,4 +287,4 @@ def pretrained_table() -> str:
                 f"{accuracy:.2f}" if accuracy is not None else "—",
             ]
         )
-    return _render(header, rows)
+    return render_table(header, rows)

@@ -28,7 +28,9 @@ from torch import nn
 
 from .errors import ModelArgsError, ModelDirectoryError, listed
 from .files import PathLike, atomic_write, sha256_file
-from .gate.files import read_text, regular_file
+from .gate.config_fields import label_lines
+from .gate.containers import file_head_container
+from .gate.files import regular_file
 from .gate.json_data import read_json_object
 from .gate.safetensors_data import SafetensorsData, safetensors_entries
 from .gate.weight_dtypes import check_weight_dtypes
@@ -120,7 +122,7 @@ def read_label_names(path: PathLike) -> list[str]:
         names = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
         what = f"{path} has no class sub-directories (expected an image folder: one directory per class)"
     elif path.exists():
-        names = [line.strip() for line in read_text(path, ModelDirectoryError).splitlines() if line.strip()]
+        names = label_lines(path, ModelDirectoryError)
         what = f"{path} holds no label names (expected one name per line)"
     else:
         raise ModelDirectoryError(
@@ -361,10 +363,8 @@ def _weights_error(weights: Path, label: str) -> Callable[[str], ModelDirectoryE
 
 def _tensor_shapes(weights: Path, label: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """Names, shapes and dtypes from the safetensors header (bounded and checked by the gate; no tensor is read)."""
-    with open(weights, "rb") as handle:
-        head = handle.read(9)
-    # safetensors starts with its header's length, then "{"; torch.save writes a zip or a pickle
-    if head[8:9] != b"{" and (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+    # torch.save writes a zip or a pickle (the gate names the container from the first bytes)
+    if file_head_container(weights, _weights_error(weights, label)) in ("zip", "torch-legacy"):
         raise ModelDirectoryError(
             f"{label}: {WEIGHTS_NAME} is a torch.save file, not safetensors; convert it with "
             f"`vitscratch convert {weights} OUT_DIR`"

@@ -141,7 +141,6 @@ READERS_OUTSIDE_THE_GATE = {
     f"{PACKAGE}.hub.variant_configs": "the package's own hub_configs/*.json, compared as text",
     f"{PACKAGE}.atomic_replace": "descriptors of directories and staging files, opened to lock them",
     f"{PACKAGE}.licenses": "the package's own license texts (license_texts/), copied as bytes into model directories",
-    f"{PACKAGE}.model_dir": "the first 9 bytes of the weights, to name a torch.save file before the gate reads it",
     f"{PACKAGE}.layouts.page_release": "/proc/self/maps and /proc/self/smaps, this process's own memory map",
     CONSOLE_SCRIPT: "the package's own version.py, parsed as Python source without importing torch",
 }

@@ -13,10 +13,12 @@ caller's error type with a message that says what was wrong and what was expecte
 - :mod:`.hub_answers`: the Hub's answers to a pull (commit id, file list, sizes, hashes, download headers),
   each of one exact form before a path or a size is taken from it;
 - :mod:`.config_fields`: the ``pretrained_cfg`` fields a config may set (data only: nothing that chooses
-  what is loaded or run);
+  what is loaded or run), where a config file holds them, and the form of its ``label_names`` and ``input_size``;
 - :mod:`.hub_config`: a Hub repo's ``config.json`` at the 40-hex commit it came from, parsed bounded;
 - :mod:`.images`: pictures (``vitscratch attention``): regular files in a few known formats, bounded in
   pixels by their header before they are decoded;
+- :mod:`.containers`: which container a checkpoint file is (safetensors, a torch.save zip or pickle, an ``.npz``),
+  from its first bytes; the one place that reads container magic;
 - :mod:`.checkpoints`: what every checkpoint container shares: its file opened once, and the bounds on
   what it claims about its tensors (count, shape, strides, logical bytes);
 - :mod:`.safetensors_data`: safetensors files, the header bounded in bytes and tensors before parsing;

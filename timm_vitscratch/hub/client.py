@@ -50,6 +50,7 @@ from torch import nn
 from ..atomic_replace import install, staged, starting_point
 from ..errors import ModelArgsError, ModelDirectoryError
 from ..files import PathLike, atomic_write, sha256_file
+from ..gate.config_fields import file_pretrained_cfg
 from ..gate.files import MAX_TEXT_BYTES
 from ..gate.hub_answers import COMMIT_ID, HubFile, commit_id
 from ..gate.hub_config import read_hub_config
@@ -70,7 +71,7 @@ from ..model_dir import (
     write_config,
 )
 from ..models.build import build_on_meta
-from ..models.config_file import check_config_file, file_pretrained_cfg
+from ..models.config_file import check_config_file
 from ..models.pretrained_cfgs import unknown_model_message
 from ..models.registry import register_hub_weights
 from ..models.variants import ARCHITECTURES

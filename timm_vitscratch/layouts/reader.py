@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConversionError, listed, shown
-from ..gate.checkpoints import open_checkpoint_file
+from ..gate.containers import CONTAINERS, container_of
 from ..gate.files import regular_file
 from ..gate.json_data import read_json_object
-from ..gate.zip_archive import open_archive
 from .checkpoint import Checkpoint, gate_error
 from .npz_file import NpzCheckpoint
 from .safetensors_file import SafetensorsCheckpoint
@@ -29,25 +28,14 @@ DIRECTORY_WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.pth", "mod
 
 
 def _sniff(path: Path) -> str:
-    """Which container a file is, from its first bytes (not its name)."""
-    with open_checkpoint_file(path, gate_error(path)) as handle:
-        head = handle.read(9)
-        if not head:
-            raise ConversionError("is empty", path)
-        names = []
-        if head.startswith(b"PK\x03\x04"):
-            with open_archive(handle, path, gate_error(path)) as archive:
-                names = archive.namelist()
-    if head.startswith(b"PK\x03\x04"):
-        if any(name.endswith("data.pkl") for name in names):
-            return "torch-zip"
-        if names and all(name.endswith(".npy") for name in names):
-            return "npz"
+    """Which container a file is, from its first bytes (not its name; the gate reads them)."""
+    kind = container_of(path, gate_error(path))
+    if kind in CONTAINERS:
+        return kind
+    if kind == "empty":
+        raise ConversionError("is empty", path)
+    if kind == "zip":
         raise ConversionError("is a zip archive that is neither a torch.save file nor a numpy .npz", path)
-    if len(head) == 9 and head[8:9] == b"{":
-        return "safetensors"
-    if head[0] == 0x80:  # pickle protocol marker: torch.save's legacy (non-zip) format
-        return "torch-legacy"
     raise ConversionError(
         "is not a checkpoint format that can be read: expected safetensors, a torch.save "
         "file (.pth/.pt/.bin) or a numpy .npz",

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ModelArgsError
-from ..gate.config_fields import check_pretrained_cfg
-from .model_args import check_label_names, check_saved_config, safetensors_shapes
+from ..gate.config_fields import check_label_names, check_pretrained_cfg, checked_pretrained_cfg
+from .model_args import check_saved_config, safetensors_shapes
 from .variants import ARCHITECTURES
 
 
@@ -37,27 +37,6 @@ def check_file_config(variant: str, kwargs: dict[str, Any]) -> None:
     check_saved_config(ARCHITECTURES[variant], kwargs.get("pretrained_model_args") or {}, cfg, where, shapes)
 
 
-#: top-level keys of a config.json that are structure, not pretrained-cfg fields (timm's ``save_config_for_hf``
-#: writes the first six, ``model_dir`` adds its ``vitscratch`` block; ``labels`` is timm's old name of label_names)
-CONFIG_STRUCTURE = (
-    "architecture",
-    "num_features",
-    "global_pool",
-    "model_args",
-    "pretrained_cfg",
-    "vitscratch",
-    "labels",
-)
-
-
-def file_pretrained_cfg(config: Mapping[str, Any]) -> Any:
-    """The pretrained-cfg fields a ``config.json`` sets: its ``pretrained_cfg``, or, in timm's older
-    single-object layout (no ``pretrained_cfg`` key, which timm still reads), its top-level fields."""
-    if "pretrained_cfg" in config:
-        return config["pretrained_cfg"]
-    return {k: v for k, v in config.items() if k not in CONFIG_STRUCTURE}
-
-
 def check_config_file(
     config: Mapping[str, Any], where: str, shapes: Mapping[str, tuple[int, ...]] | None = None
 ) -> tuple[str, dict[str, Any]]:
@@ -78,10 +57,7 @@ def check_config_file(
             f"{', '.join(ARCHITECTURES)}). Stock timm models load with timm's own "
             f"timm.create_model('hf-hub:...') / 'local-dir:...'."
         )
-    pretrained_cfg = file_pretrained_cfg(config)
-    if not isinstance(pretrained_cfg, dict):
-        raise ModelArgsError(f"{where} pretrained_cfg is a {type(pretrained_cfg).__name__}; expected an object")
-    check_pretrained_cfg(pretrained_cfg, where, ModelArgsError)
+    pretrained_cfg = checked_pretrained_cfg(config, where, ModelArgsError)
     cfg: dict[str, Any] = {
         "num_classes": config.get("num_classes", pretrained_cfg.get("num_classes", 1000)),
         "input_size": pretrained_cfg.get("input_size"),
@@ -89,7 +65,7 @@ def check_config_file(
     }
     kwargs = check_saved_config(ARCHITECTURES[architecture], config.get("model_args") or {}, cfg, where, shapes)
     if pretrained_cfg.get("label_names") is not None:
-        check_label_names(pretrained_cfg["label_names"], cfg["num_classes"], f"{where} pretrained_cfg")
+        check_label_names(pretrained_cfg["label_names"], cfg["num_classes"], f"{where} pretrained_cfg", ModelArgsError)
     kwargs.setdefault("num_classes", cfg["num_classes"])
     return architecture, kwargs
 

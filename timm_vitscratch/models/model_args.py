@@ -27,6 +27,7 @@ from torch import nn
 
 from .. import choices
 from ..errors import ModelArgsError
+from ..gate.config_fields import check_input_size_form, check_label_names
 from ..layouts.safetensors_file import safetensors_header
 from .vision_transformer import VisionTransformer
 
@@ -92,6 +93,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     "attn_impl": choices.ATTN_IMPLS,
     "act_layer": choices.GELU_NAMES + choices.ACT_NAMES,
     "norm_layer": choices.NORM_NAMES,
+    "embed_norm_layer": choices.NORM_NAMES,
+    "mlp_layer": choices.MLP_LAYERS,
     "rope_type": choices.ROPE_TYPES,
     "rope_grid_indexing": choices.ROPE_GRID_INDEXINGS,
     "attn_type": choices.ATTN_TYPES,
@@ -223,21 +226,6 @@ def parameter_count(args: Mapping[str, Any], where: str) -> int:
     return true_param_count(model)
 
 
-def check_label_names(names: Any, num_classes: int, where: str) -> list[str]:
-    """A file's ``label_names``: a list of strings, one per class."""
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise ModelArgsError(
-            f"{where}: label_names is {type(names).__name__}"
-            f"{'' if not isinstance(names, (list, tuple)) else ' with entries that are not strings'}"
-            f"; expected a list of {num_classes} strings, one per class"
-        )
-    if len(names) != num_classes:
-        raise ModelArgsError(
-            f"{where}: {len(names)} label_names for a classifier of {num_classes} classes; expected one per class"
-        )
-    return list(names)
-
-
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 Shape = tuple[int, ...]
 
@@ -307,12 +295,11 @@ def check_saved_config(
         )
     input_size = cfg.get("input_size")
     if input_size is not None:
-        if not isinstance(input_size, (list, tuple)) or len(input_size) != 3:
-            raise _fail(where, "pretrained_cfg.input_size", input_size, "[channels, height, width]")
+        check_input_size_form(input_size, where, ModelArgsError)
         check_option("in_chans", input_size[0], f"{where} pretrained_cfg.input_size")
         check_option("img_size", list(input_size[1:]), f"{where} pretrained_cfg.input_size")
     if cfg.get("label_names") is not None:
-        check_label_names(cfg["label_names"], num_classes, where)
+        check_label_names(cfg["label_names"], num_classes, where, ModelArgsError)
     full = {**base, **args, "num_classes": num_classes}
     if input_size is not None:  # timm's builder takes the image size and channels from it when args do not say
         full.setdefault("in_chans", input_size[0])

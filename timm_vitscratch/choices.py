@@ -26,8 +26,11 @@ ATTN_IMPLS = ("sdpa", "eager")
 GELU_NAMES = ("", "gelu")
 #: ``act_layer``: the other timm activation names a file may give, and a converted model may record
 ACT_NAMES = ("quick_gelu", "gelu_tanh", "silu", "swish", "relu")
-#: ``norm_layer`` names a file may give (None: LayerNorm with ``norm_eps``)
-NORM_NAMES = ("layernorm",)
+#: ``norm_layer`` / ``embed_norm_layer`` names a file may give (None: LayerNorm with ``norm_eps``; every norm takes
+#: ``norm_eps``); models/layers.py's NORM_KINDS builds them
+NORM_NAMES = ("layernorm", "rmsnorm")
+#: ``mlp_layer``: the blocks' MLP named outright, as timm's ``mlp_layer=SwiGLU`` ('': by ``swiglu_mlp``)
+MLP_LAYERS = ("", "swiglu")
 
 # --- checkpoint sources ---------------------------------------------------------------------------------------
 #: every checkpoint source, by the name ``convert --from`` takes; registering one is adding its name here.

@@ -201,6 +201,8 @@ def test_sincos_position_table_is_a_buffer_not_a_parameter():
         ("scratch_pe_spatial_g14", {"pos_embed"}, {"gamma_1", "gamma_2"}),
         # timm's ViT with the packed SwiGLU and LayerScale modules (their gamma is no weight or bias)
         ("scratch_dinov2_g14_reg4", {"cls_token", "reg_token", "pos_embed"}, {"ls1.gamma", "ls2.gamma"}),
+        # RmsNorms (weight only) everywhere, the patch tokens' too, timm's SwiGLU, no biases but the patch's
+        ("scratch_aimv2_l14", {"pos_embed"}, set()),
     ],
 )
 def test_torchsummary_on_tiny_new_family_models_equals_timms(name, hidden_in_model, hidden_per_block):
@@ -232,6 +234,9 @@ def test_torchsummary_on_tiny_new_family_models_equals_timms(name, hidden_in_mod
         dict(global_pool="map", attn_pool_num_heads=2, attn_pool_mlp_ratio=2.0, pool_include_prefix=True),
         dict(global_pool="avg", fc_norm=True, pre_norm=True, class_token=False, reg_tokens=2),
         dict(global_pool="avg", final_norm=False, no_embed_class=True, reg_tokens=1),
+        # AIMv2's: RmsNorms (the patch tokens' too), timm's SwiGLU, no projection or MLP biases; and a norm inside
+        dict(mlp_layer="swiglu", norm_layer="rmsnorm", embed_norm_layer="rmsnorm", proj_bias=False, qkv_bias=False),
+        dict(norm_layer="rmsnorm", scale_mlp=True, scale_attn_inner=True, pre_norm=True, embed_norm_layer="layernorm"),
     ],
 )
 def test_formulas_read_each_option(options):

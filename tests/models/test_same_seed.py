@@ -36,6 +36,7 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "eva02": ("scratch_eva02_t14", "eva02_tiny_patch14_224", dict(depth=2)),
     "eva02_base": ("scratch_eva02_b14", "eva02_base_patch14_224", dict(depth=2, **NARROW)),
     "pe_core": ("scratch_pe_core_t16", "vit_pe_core_tiny_patch16_384", dict(depth=2, img_size=224)),
+    "aimv2": ("scratch_aimv2_l14", "aimv2_large_patch14_224", dict(depth=2, **NARROW)),
 }
 #: other init schemes, where the reference takes them (timm's Eva has one init only)
 SCHEMES: list[tuple[str, str]] = [
@@ -43,6 +44,7 @@ SCHEMES: list[tuple[str, str]] = [
     ("deit_distilled", "jax_nlhb"),
     ("dinov2_reg4", "moco"),
     *[("siglip2_naflex", mode) for mode in ("jax", "moco")],
+    *[("aimv2", mode) for mode in ("jax", "moco")],
 ]
 #: full-size rows, as registered (a few seconds each)
 FULL_SIZE = [("scratch_vit_ti16", "vit_tiny_patch16_224"), ("scratch_dinov3_s16", "vit_small_patch16_dinov3")]

@@ -21,7 +21,7 @@ FULL_SWEEP = os.environ.get(FULL_SWEEP_ENV, "") == "1"
 #: the rows a sweep over the zoo runs by default: each family's layouts (classic at the headline size and the
 #: smallest and largest, DeiT's two heads, DINOv3's GELU / SwiGLU / qkv-bias / 7B forms, DINOv2's registers and
 #: packed SwiGLU giant, SigLIP's MAP and GAP heads at patch 14 and 16 and its NaFlex row, EVA02's fused and
-#: separate projections and CLIP towers, PE's core / spatial / lang towers)
+#: separate projections and CLIP towers, PE's core / spatial / lang towers, AIMv2's)
 REPRESENTATIVE_ROWS = (
     "scratch_vit_ti16",
     "scratch_vit_b16",
@@ -41,6 +41,7 @@ REPRESENTATIVE_ROWS = (
     "scratch_pe_core_t16",
     "scratch_pe_spatial_s16",
     "scratch_pe_lang_l14",
+    "scratch_aimv2_l14",
 )
 
 

@@ -83,6 +83,8 @@ def block_part_formulas(
     layer_scale: bool = False,
     mlp_norm: bool = False,
     attn_norm: bool = False,
+    proj_bias: bool = True,
+    norm_size: int = 2,
 ) -> dict[str, int]:
     """One block's parameters by part, from its shape alone (h = ``embed_dim``, M = ``mlp_hidden``, 4h by default).
 
@@ -92,13 +94,15 @@ def block_part_formulas(
     MLP: ``mlp_matrices`` matrices of h x M (2: fc1 and fc2; 3: a SwiGLU's gate, value and fc2, as separate layers
     or packed in one fc1 of 2M), each but fc2 with an M bias, fc2 an h bias, and a LayerNorm 2M before fc2 with
     ``mlp_norm`` (EVA02's ``scale_mlp``); two LayerNorms 4h; layer scale 2h (when the block has it).
+    Without ``proj_bias`` the projection and the MLP's layers have no bias (AIMv2); ``norm_size`` is each norm's
+    parameters per channel: 2 for a LayerNorm (weight and bias), 1 for an RmsNorm (weight).
     The classic block: attention 4h²+4h, MLP 8h²+5h, norms 4h, 12h²+13h in all.
     """
-    h, m = embed_dim, 4 * embed_dim if mlp_hidden is None else mlp_hidden
+    h, m, n, b = embed_dim, 4 * embed_dim if mlp_hidden is None else mlp_hidden, norm_size, int(proj_bias)
     return OrderedDict(
-        attention=4 * h * h + (qkv_biases + 1 + (2 if attn_norm else 0)) * h,
-        mlp=mlp_matrices * h * m + (mlp_matrices - 1 + (2 if mlp_norm else 0)) * m + h,
-        norms=4 * h,
+        attention=4 * h * h + (qkv_biases + b + (n if attn_norm else 0)) * h,
+        mlp=mlp_matrices * h * m + (b * (mlp_matrices - 1) + (n if mlp_norm else 0)) * m + b * h,
+        norms=2 * n * h,
         layer_scale=2 * h if layer_scale else 0,
     )
 
@@ -109,8 +113,23 @@ def block_param_formula(embed_dim: int, **shape: Any) -> int:
     return sum(block_part_formulas(embed_dim, **shape).values())
 
 
+def _norm_size(module: nn.Module | None) -> int:
+    """A norm layer's parameters per channel: 2 for a LayerNorm (weight and bias), 1 for an RmsNorm (weight); 0 for
+    the Identity in a norm's place."""
+    return 0 if module is None else len(list(module.parameters()))
+
+
 def _is_norm(module: nn.Module | None) -> bool:
-    return isinstance(module, nn.LayerNorm)
+    return _norm_size(module) > 0
+
+
+#: parameters per channel of the norms ``norm_layer`` names (a LayerNorm's 2 unless named here), and back
+_NORM_SIZES = {"rmsnorm": 1}
+_NORM_NAMES = {1: "rmsnorm", 2: "layernorm"}
+
+
+def _named_norm_size(norm_layer: Any) -> int:
+    return _NORM_SIZES.get(norm_layer, 2) if isinstance(norm_layer, str) else 2
 
 
 def qkv_bias_vectors(attn: Attention) -> int:
@@ -135,6 +154,8 @@ def block_shape(block: nn.Module) -> dict[str, Any]:
         layer_scale=block.layer_scale,
         mlp_norm=_is_norm(block.mlp.norm),
         attn_norm=_is_norm(block.attn.norm),
+        proj_bias=block.attn.proj.bias is not None,
+        norm_size=_norm_size(block.norm1),
     )
 
 
@@ -162,14 +183,17 @@ def block_formula_text(
     layer_scale: bool = False,
     mlp_norm: bool = False,
     attn_norm: bool = False,
+    proj_bias: bool = True,
+    norm_size: int = 2,
 ) -> dict[str, str]:
     """:func:`block_part_formulas` as formulas in h (and M, the MLP width, where it is not 4h), with ``block``
     their sum: the classic block reads attention 4h²+4h, mlp 8h²+5h, norms 4h, block 12h²+13h."""
     width_is_4h = mlp_hidden is None or mlp_hidden == 4 * embed_dim
+    n, b = norm_size, int(proj_bias)
     parts = dict(
-        attention=(4, 0, 0, qkv_biases + 1 + (2 if attn_norm else 0)),
-        mlp=(0, mlp_matrices, mlp_matrices - 1 + (2 if mlp_norm else 0), 1),
-        norms=(0, 0, 0, 4),
+        attention=(4, 0, 0, qkv_biases + b + (n if attn_norm else 0)),
+        mlp=(0, mlp_matrices, b * (mlp_matrices - 1) + (n if mlp_norm else 0), b),
+        norms=(0, 0, 0, 2 * n),
         layer_scale=(0, 0, 0, 2 if layer_scale else 0),
     )
     if width_is_4h:  # M = 4h: hM = 4h², M = 4h
@@ -210,18 +234,24 @@ def options_block_shape(
     init_values: float | None = None,
     scale_mlp: bool = False,
     scale_attn_inner: bool = False,
+    mlp_layer: str = "",
+    proj_bias: bool = True,
+    norm_layer: Any = None,
 ) -> dict[str, Any]:
     """The :func:`block_part_formulas` arguments that the model's options give (what :func:`block_shape` reads
     from a built block): with ``eva_names`` the qkv bias is Eva's q and v biases (fused or separate projections)
     unless ``attn_type='rope'`` (timm's ``AttentionRope``: one fused bias); a SwiGLU has three matrices, packed
-    or not; ``mlp_hidden`` gives the MLP width outright."""
+    or not (``swiglu_mlp``, or ``mlp_layer='swiglu'``); ``mlp_hidden`` gives the MLP width outright."""
+    swiglu = swiglu_mlp or mlp_layer == "swiglu"
     return dict(
-        mlp_hidden=mlp_hidden or mlp_hidden_width(embed_dim, mlp_ratio, swiglu_mlp, swiglu_align_to),
-        mlp_matrices=3 if swiglu_mlp else 2,
+        mlp_hidden=mlp_hidden or mlp_hidden_width(embed_dim, mlp_ratio, swiglu, swiglu_align_to),
+        mlp_matrices=3 if swiglu else 2,
         qkv_biases=(2 if eva_names and attn_type != "rope" else 3) if qkv_bias else 0,
         layer_scale=bool(init_values),
         mlp_norm=scale_mlp,
         attn_norm=scale_attn_inner,
+        proj_bias=proj_bias,
+        norm_size=_named_norm_size(norm_layer),
     )
 
 
@@ -244,6 +274,8 @@ def analytic_param_count(
     mlp_ratio: float = 4.0,
     attn_pool_mlp_ratio: float | None = None,
     pool_mlp_hidden: int | None = None,
+    norm_layer: Any = None,
+    embed_norm_layer: Any = None,
     block: dict[str, Any] | None = None,
     **block_options: Any,
 ) -> int:
@@ -259,8 +291,10 @@ def analytic_param_count(
     """
     prefix = int(class_token) + int(distilled)
     patches = (img_size // patch_size) ** 2
+    norm = _named_norm_size(norm_layer) * embed_dim  # one norm's parameters: LayerNorm 2h, RmsNorm h
     count = patch_size**2 * in_chans * embed_dim + (0 if pre_norm else embed_dim)  # patch projection
-    count += 2 * embed_dim if pre_norm else 0  # norm_pre
+    count += 0 if embed_norm_layer is None else _named_norm_size(embed_norm_layer) * embed_dim  # its norm
+    count += norm if pre_norm else 0  # norm_pre
     count += (prefix + reg_tokens) * embed_dim  # tokens
     if pos_embed == "learn":  # a row per patch, and per prefix token unless they have none (no_embed_class)
         count += (patches + (0 if no_embed_class else prefix + reg_tokens)) * embed_dim
@@ -269,10 +303,13 @@ def analytic_param_count(
         count += 4 * embed_dim**2 + 2 * embed_dim * pool_hidden + pool_hidden + 8 * embed_dim
     option_names = inspect.signature(options_block_shape).parameters
     shape = block or options_block_shape(
-        embed_dim, mlp_ratio=mlp_ratio, **{k: v for k, v in block_options.items() if k in option_names}
+        embed_dim,
+        mlp_ratio=mlp_ratio,
+        norm_layer=norm_layer,
+        **{k: v for k, v in block_options.items() if k in option_names},
     )
     count += depth * block_param_formula(embed_dim, **shape)
-    count += 2 * embed_dim if final_norm else 0
+    count += norm if final_norm else 0
     head_in = embed_dim
     if representation_size:
         count += embed_dim * representation_size + representation_size
@@ -291,7 +328,7 @@ def model_count_args(model: nn.Module) -> dict[str, Any]:
     arch = describe_model(model)
     if arch.img_size[0] != arch.img_size[1]:
         raise ValueError(f"the formula takes square images, this model's are {arch.img_size}")
-    pool = model.attn_pool
+    pool, block = model.attn_pool, block_shape(model.blocks[0])
     return dict(
         patch_size=arch.patch_size,
         embed_dim=arch.embed_dim,
@@ -309,7 +346,9 @@ def model_count_args(model: nn.Module) -> dict[str, Any]:
         final_norm=_is_norm(model.norm) or _is_norm(model.fc_norm),
         global_pool="map" if pool is not None else model.global_pool,
         pool_mlp_hidden=pool.mlp.hidden_features if pool is not None else None,
-        block=block_shape(model.blocks[0]),
+        norm_layer=_NORM_NAMES[block["norm_size"]],
+        embed_norm_layer=_NORM_NAMES.get(_norm_size(model.patch_embed.norm)),
+        block=block,
     )
 
 

@@ -12,11 +12,9 @@ from .keymap import KeyMap, Rule
 from .layout import Layout, Resample
 from .meta_dinov3 import MARKERS as META_DINOV3_MARKERS
 
-#: timm ViT features the scratch ViT has no option for: key pattern -> what the feature is
-UNSUPPORTED_FEATURES = (
-    (r"\.(attn\.norm|mlp\.norm)\.", "scale norms inside attention/MLP (attn.norm / mlp.norm)"),
-    (r"^patch_embed\.norm\.", "a norm in the patch embedding"),
-)
+#: timm ViT features the scratch ViT has no option for: key pattern -> what the feature is (a norm in the patch
+#: embedding it has: ``embed_norm_layer``, AIMv2's)
+UNSUPPORTED_FEATURES = ((r"\.(attn\.norm|mlp\.norm)\.", "scale norms inside attention/MLP (attn.norm / mlp.norm)"),)
 
 
 class TimmLayout(Layout):

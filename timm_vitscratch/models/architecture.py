@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 
 from .block import TransformerBlock
-from .layers import DEFAULT_NORM_EPS, to_2tuple
+from .layers import DEFAULT_NORM_EPS, RmsNorm, to_2tuple
 from .vision_transformer import VisionTransformer
 
 Shape = tuple[int, ...]
@@ -95,7 +95,7 @@ def describe_model(model: nn.Module) -> Arch:
         raise TypeError(f"describe_model takes a scratch VisionTransformer, not {type(model).__name__}")
     embed = model.patch_embed.proj.weight.shape
     first, grid = model.blocks[0], model.patch_embed.grid_size
-    assert isinstance(first, TransformerBlock) and isinstance(first.norm1, nn.LayerNorm)
+    assert isinstance(first, TransformerBlock) and isinstance(first.norm1, (nn.LayerNorm, RmsNorm))
     fc = getattr(model.pre_logits, "fc", None)  # the representation layer's Linear, when there is one
     return Arch(
         patch_size=to_2tuple(model.patch_embed.patch_size, "patch_size")[0],

@@ -39,6 +39,7 @@ def block_layers(
     swiglu_mlp: bool,
     swiglu_align_to: int,
     scale_mlp: bool,
+    mlp_layer: str = "",
     act_layer: Callable[[], nn.Module],
     norm_layer: NormLayer,
 ) -> BlockLayers:
@@ -47,7 +48,8 @@ def block_layers(
     classic ViT; ``Eva``'s ``attn_type='rope'``), ``Eva``'s ``q_bias`` / ``v_bias`` beside ``qkv``, or its
     ``q_proj`` / ``k_proj`` / ``v_proj`` (``qkv_fused=False``). MLP by ``Eva``'s rule: GELU (``act_layer``) unless
     ``swiglu_mlp``; a SwiGLU with separate input layers when aligned (``swiglu_align_to``) or normalised inside
-    (``scale_mlp``, EVA02's normformer MLP: a LayerNorm before fc2), else the packed one."""
+    (``scale_mlp``, EVA02's normformer MLP: a LayerNorm before fc2), else the packed one. ``mlp_layer='swiglu'``
+    names timm's ``SwiGLU`` outright, as timm's ``VisionTransformer`` takes ``mlp_layer=SwiGLU`` (AIMv2)."""
     block_fn: type[TransformerBlock] = Block
     attn_layer: AttnLayer = Attention
     if eva_names:
@@ -57,14 +59,14 @@ def block_layers(
         elif attn_type != "rope" and qkv_bias:
             attn_layer = EvaAttention
     inner = norm_layer if scale_mlp else None
-    mlp_layer: MlpFactory
-    if not swiglu_mlp:
-        mlp_layer = functools.partial(Mlp, act_layer=act_layer, norm_layer=inner)
-    elif swiglu_align_to or scale_mlp:
-        mlp_layer = functools.partial(SwiGLU, align_to=swiglu_align_to, norm_layer=inner)
+    mlp_fn: MlpFactory
+    if mlp_layer == "swiglu" or (swiglu_mlp and (swiglu_align_to or scale_mlp)):
+        mlp_fn = functools.partial(SwiGLU, align_to=swiglu_align_to, norm_layer=inner)
+    elif not swiglu_mlp:
+        mlp_fn = functools.partial(Mlp, act_layer=act_layer, norm_layer=inner)
     else:
-        mlp_layer = PackedSwiGLU
-    return BlockLayers(block_fn, attn_layer, mlp_layer)
+        mlp_fn = PackedSwiGLU
+    return BlockLayers(block_fn, attn_layer, mlp_fn)
 
 
 def build_blocks(

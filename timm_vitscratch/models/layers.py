@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypedDict
 
 import torch
+import torch.nn.functional as F
 from timm.layers import LayerNorm as TimmLayerNorm
+from timm.layers import RmsNorm as TimmRmsNorm
 from timm.layers import get_act_layer, get_norm_layer, trunc_normal_
 from torch import nn
 
@@ -51,13 +53,51 @@ def resolve_act_layer(act_layer: ActLayer | None) -> Callable[[], nn.Module]:
     return act_layer
 
 
-def _norm_layer_eps(norm_layer: Any) -> float:
-    """The eps of timm's ``norm_layer`` argument, which must make a LayerNorm with weight and bias."""
+class RmsNorm(nn.Module):
+    """Root-mean-square norm over the last dimension with a learned scale (no bias, no centring), timm's ``RmsNorm``
+    (AIMv2's): ``x / sqrt(mean(x²) + eps) * weight``, by torch's ``rms_norm`` as timm's computes it."""
+
+    def __init__(
+        self,
+        channels: int,
+        eps: float = DEFAULT_NORM_EPS,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.normalized_shape = (channels,)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(channels, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+#: the model's norm kinds by the names a file gives ``norm_layer`` (``choices.NORM_NAMES``): timm's LayerNorm and
+#: RmsNorm, each built here with the one eps (a name states none: ``norm_eps`` does)
+NORM_KINDS: dict[str, type[nn.Module]] = {"layernorm": nn.LayerNorm, "rmsnorm": RmsNorm}
+
+
+def _norm_kind_eps(norm_layer: Any) -> tuple[str, float | None]:
+    """The kind of timm's ``norm_layer`` argument (a LayerNorm with weight and bias, or an RmsNorm with weight), and
+    the eps it states (None for a name)."""
+    if isinstance(norm_layer, str) and norm_layer.lower() in NORM_KINDS:
+        return norm_layer.lower(), None
     try:
         factory = get_norm_layer(norm_layer)
         layer = factory(8) if factory is not None else None
     except (AssertionError, KeyError, TypeError):
         layer = None
+    if isinstance(layer, (TimmRmsNorm, RmsNorm)) and type(layer) in (TimmRmsNorm, RmsNorm) and layer.weight is not None:
+        return "rmsnorm", float(layer.eps)
     if (
         not isinstance(layer, nn.LayerNorm)
         or type(layer) not in (nn.LayerNorm, TimmLayerNorm)
@@ -65,28 +105,37 @@ def _norm_layer_eps(norm_layer: Any) -> float:
         or layer.bias is None
     ):
         raise ValueError(
-            f"norm_layer must be a LayerNorm (nn.LayerNorm, timm.layers.LayerNorm, 'layernorm', or "
-            f"a partial of one with eps=...), got {norm_layer!r}; the model's norms are LayerNorms "
-            f"with weight and bias (their eps is also norm_eps)"
+            f"norm_layer must be a LayerNorm or an RmsNorm (nn.LayerNorm, timm.layers.LayerNorm or RmsNorm, "
+            f"'layernorm', 'rmsnorm', or a partial of one with eps=...), got {norm_layer!r}; the model's norms are "
+            f"LayerNorms with weight and bias or RmsNorms with weight (their eps is also norm_eps)"
         )
-    return float(layer.eps)
+    return "layernorm", float(layer.eps)
 
 
 def resolve_norm_eps(norm_layer: Any, norm_eps: float = DEFAULT_NORM_EPS) -> float:
-    """The one eps of every LayerNorm of the model, from timm's ``norm_layer`` or our ``norm_eps``.
+    """The one eps of every norm of the model, from timm's ``norm_layer`` or our ``norm_eps``.
 
-    ``norm_layer`` is timm's argument: ``nn.LayerNorm`` (eps 1e-5), timm's ``LayerNorm``,
-    ``'layernorm'``, or a partial of one with ``eps`` (timm's CLIP towers pass
+    ``norm_layer`` is timm's argument: ``nn.LayerNorm`` (eps 1e-5), timm's ``LayerNorm`` or ``RmsNorm``, a name
+    (``'layernorm'``, ``'rmsnorm'``), or a partial of one with ``eps`` (timm's CLIP towers pass
     ``partial(LayerNorm, eps=1e-5)``), resolved by timm's ``get_norm_layer``; its eps is the
     model's. ``norm_eps`` states the eps as a number, the form a config.json records; at its
-    default (timm's 1e-6) it leaves the choice to ``norm_layer``, and otherwise the two must agree.
+    default (timm's 1e-6) it leaves the choice to ``norm_layer``, and otherwise the two must agree. A name states no
+    eps: ``norm_eps`` is its eps.
     """
     if norm_layer is None:
         return norm_eps
-    layer_eps = _norm_layer_eps(norm_layer)
+    layer_eps = _norm_kind_eps(norm_layer)[1]
+    if layer_eps is None:
+        return norm_eps
     if norm_eps not in (DEFAULT_NORM_EPS, layer_eps):
         raise ValueError(f"norm_layer has eps {layer_eps:g} but norm_eps is {norm_eps:g}; pass one of them")
     return layer_eps
+
+
+def resolve_norm_layer(norm_layer: Any, norm_eps: float = DEFAULT_NORM_EPS) -> NormLayer:
+    """The model's norm layer from timm's ``norm_layer`` (None: LayerNorm) with the one eps (:func:`resolve_norm_eps`)."""
+    kind = "layernorm" if norm_layer is None else _norm_kind_eps(norm_layer)[0]
+    return functools.partial(NORM_KINDS[kind], eps=resolve_norm_eps(norm_layer, norm_eps))
 
 
 def layer_norm(eps: float = DEFAULT_NORM_EPS) -> NormLayer:
@@ -210,6 +259,13 @@ class SwiGLU(nn.Module):
         self.norm = _inner_norm(norm_layer, hidden_features, dd)
         self.fc2 = nn.Linear(hidden_features, in_features, bias=bias, **dd)
         self.drop2 = nn.Dropout(drop)
+
+    def init_weights(self) -> None:
+        """timm's ``SwiGLU`` hook, which its ViT init calls after the layers' draws (AIMv2): the gate ``fc1_g``
+        starts near zero (weights N(0, 1e-6)) with bias one. (timm's ``Eva`` init does not call it.)"""
+        if self.fc1_g.bias is not None:
+            nn.init.ones_(self.fc1_g.bias)
+        nn.init.normal_(self.fc1_g.weight, std=1e-6)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x)))))

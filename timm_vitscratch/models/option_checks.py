@@ -3,7 +3,7 @@ name, before anything is built."""
 
 from __future__ import annotations
 
-from ..choices import ATTN_TYPES, GLOBAL_POOLS, POS_EMBEDS, ROPE_TYPES
+from ..choices import ATTN_TYPES, GLOBAL_POOLS, MLP_LAYERS, POS_EMBEDS, ROPE_TYPES
 from .weight_init import check_weight_init
 
 
@@ -26,6 +26,7 @@ def check_options(
     attn_type: str,
     naflex_init: bool,
     naflex_embeds: bool = False,
+    mlp_layer: str = "",
 ) -> None:
     """Refuse option values and combinations the model cannot build, before anything is built."""
     if num_classes < 0:
@@ -45,6 +46,8 @@ def check_options(
     check_weight_init(weight_init)
     if attn_type not in ATTN_TYPES:
         raise ValueError(f"attn_type must be one of {ATTN_TYPES}, got {attn_type!r}")
+    if mlp_layer not in MLP_LAYERS:
+        raise ValueError(f"mlp_layer must be one of {MLP_LAYERS}, got {mlp_layer!r}")
     if not qkv_fused and not eva_names:
         raise ValueError("qkv_fused=False is timm Eva's layout (q_proj, k_proj, v_proj): it needs eva_names=True")
     if reg_tokens < 0:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from timm.layers import Format, resample_patch_embed
 from torch import nn
 
-from .layers import to_2tuple
+from .layers import NormLayer, to_2tuple
 
 
 @torch.fx.wrap
@@ -94,7 +94,7 @@ class PatchEmbed(PatchGrid, nn.Module):
     that layout (``'NHWC'``: (B, H/p, W/p, D), what the model asks for with ``dynamic_img_size``).
     ``strict_img_size=False`` takes any image whose sides are multiples of the patch size (or any
     size with ``dynamic_img_pad``, which pads right and bottom up to the next multiple). ``norm``
-    is an Identity, as in timm's ViT (a hook point).
+    is an Identity, as in timm's ViT (a hook point), or the ``norm_layer`` over the tokens (AIMv2's RmsNorm).
 
     NaFlex batches arrive as patches already cut and flattened: ``project_flat`` applies the same
     projection to them (no second weight format).
@@ -111,6 +111,7 @@ class PatchEmbed(PatchGrid, nn.Module):
         strict_img_size: bool = True,
         dynamic_img_pad: bool = False,
         output_fmt: str | None = None,
+        norm_layer: NormLayer | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -134,7 +135,7 @@ class PatchEmbed(PatchGrid, nn.Module):
             device=device,
             dtype=dtype,
         )
-        self.norm = nn.Identity()
+        self.norm = norm_layer(embed_dim, device=device, dtype=dtype) if norm_layer is not None else nn.Identity()
 
     def set_input_size(
         self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None
@@ -197,5 +198,5 @@ class PatchEmbed(PatchGrid, nn.Module):
         return weight.reshape(weight.shape[0], -1)
 
     def project_flat(self, patches: torch.Tensor, patch_size: tuple[int, int], channels_last: bool) -> torch.Tensor:
-        """(..., P*P*C) flattened patches -> (..., D) patch tokens: the convolution as a linear map."""
-        return F.linear(patches, self.flat_weight(patch_size, channels_last), self.proj.bias)
+        """(..., P*P*C) flattened patches -> (..., D) patch tokens: the convolution as a linear map, then ``norm``."""
+        return self.norm(F.linear(patches, self.flat_weight(patch_size, channels_last), self.proj.bias))

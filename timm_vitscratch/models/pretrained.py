@@ -86,6 +86,7 @@ _PE_PAPER = (
     "Perception Encoder: The best visual embeddings are not at the output of the network",
 )
 _PALIGEMMA_PAPER = ("arXiv:2407.07726", "PaliGemma: A versatile 3B VLM for transfer")
+_AIMV2_PAPER = ("arXiv:2411.14402", "Multimodal Autoregressive Pre-training of Large Vision Encoders")
 _SWAG_PAPER = ("arXiv:2201.08371", "Revisiting Weakly Supervised Pre-Training of Visual Perception Models")
 _TIMM_ORIGINS = {  # timm's tag prefix -> (paper, where the weights were first published)
     "augreg": (_AUGREG_PAPER, "https://github.com/google-research/vision_transformer"),
@@ -105,6 +106,7 @@ _FAMILY_ORIGINS = {
     "eva02_*_clip_*": (_EVA_CLIP_PAPER, "https://github.com/baaivision/EVA"),
     "eva02_*": (_EVA02_PAPER, "https://github.com/baaivision/EVA"),
     "vit_pe_*": (_PE_PAPER, "https://github.com/facebookresearch/perception_models"),
+    "aimv2_*": (_AIMV2_PAPER, "https://github.com/apple/ml-aim"),
 }
 _PREPROCESSING = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std", "num_classes", "license")
 

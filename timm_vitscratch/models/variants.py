@@ -36,7 +36,7 @@ _PE_G: dict[str, Any] = dict(
 )
 #: our size letters -> timm's size words in its model names
 _TIMM_SIZES = {"ti": "tiny", "t": "tiny", "s": "small", "b": "base", "l": "large", "h": "huge", "g": "gigantic"}
-_TIMM_SIZES.update(so400m="so400m", gopt="giantopt")
+_TIMM_SIZES.update({"so400m": "so400m", "gopt": "giantopt", "1b": "1b", "3b": "3b"})
 #: the ImageNet mean/std timm's DINO and EVA backbones use (the classic ViT's weights use Inception's, the default)
 _IMAGENET: dict[str, Any] = dict(mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD)
 #: a backbone published without a classifier, read at its own size without a crop
@@ -372,8 +372,44 @@ PE = Family(
     ref_grid_is_patch_grid=True,
 )
 
+# --- AIMv2 --------------------------------------------------------------------------------------------------------
+_AIMV2_SIZES: dict[str, dict[str, Any]] = {
+    "l": dict(embed_dim=1024, depth=24, num_heads=8, mlp_ratio=2.75),
+    "h": dict(embed_dim=1536, depth=24, num_heads=12, mlp_ratio=2.6667),
+    "1b": dict(embed_dim=2048, depth=24, num_heads=16, mlp_ratio=2.75),
+    "3b": dict(embed_dim=3072, depth=24, num_heads=24, mlp_ratio=2.6667),
+}
+
+
+def _aimv2(size: str, img: int) -> Row:
+    """An AIMv2 row; both names follow from size and resolution (left out at 224), Apple's weights at each, the large
+    one's distilled weights too where timm has them (224 and 336)."""
+    at = "" if img == 224 else f"_{img}"
+    tags = "apple_pt apple_pt_dist" if size == "l" and img < 448 else "apple_pt"
+    timm_name = f"aimv2_{_TIMM_SIZES[size]}_patch14_{img}"
+    return _row(f"scratch_aimv2_{size}14{at}", timm_name, tags, img_size=img, **_AIMV2_SIZES[size])
+
+
+#: Apple's AIMv2 image encoders as timm builds them (its classic ``VisionTransformer``): patch 14, no class token,
+#: RmsNorm (eps 1e-5) everywhere, the patch tokens' too, SwiGLU MLPs (timm's ``SwiGLU``), no biases in the
+#: attention or MLP, the tokens' mean after the final norm. timm records Apple's weights as ``apple-ascl``. timm's
+#: state dicts load as they are (its names are ours: the tags, checkpoint_filter_fn); ``convert`` does not yet read
+#: the options from a checkpoint's shapes (RmsNorm, biases, the unpacked SwiGLU), so no layout is listed.
+AIMV2 = Family(
+    name="aimv2",
+    title="AIMv2",
+    options=dict(patch_size=14, class_token=False, global_pool="avg", fc_norm=False, qkv_bias=False, proj_bias=False)
+    | dict(act_layer="silu", mlp_layer="swiglu", norm_layer="rmsnorm", embed_norm_layer="rmsnorm", norm_eps=1e-5),
+    sizes=_AIMV2_SIZES,
+    rows=tuple(_aimv2(size, img) for img in (224, 336, 448) for size in _AIMV2_SIZES),
+    timm_class="VisionTransformer",
+    licence="apple-ascl",
+    layouts=(),
+    cfg_from_timm=True,
+)
+
 #: every family, in the order the zoo lists its rows
-FAMILIES: tuple[Family, ...] = (VIT, DINOV3, DINOV2, SIGLIP, EVA02, PE, SIGLIP2_NAFLEX)
+FAMILIES: tuple[Family, ...] = (VIT, DINOV3, DINOV2, SIGLIP, EVA02, PE, SIGLIP2_NAFLEX, AIMV2)
 
 # --- the tables read from the records -----------------------------------------------------------------------------
 #: each registered variant's family

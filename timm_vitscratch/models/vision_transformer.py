@@ -25,9 +25,8 @@ from .layers import (
     ActLayer,
     FactoryKwargs,
     PatchDropout,
-    layer_norm,
     resolve_act_layer,
-    resolve_norm_eps,
+    resolve_norm_layer,
     sincos_2d_pos_embed,
     to_2tuple,
 )
@@ -127,7 +126,9 @@ class VisionTransformer(NaFlexForward, InitOrder):
         drop_path_rate: float = 0.0,
         weight_init: str = "",
         norm_layer: Any | None = None,
+        embed_norm_layer: Any | None = None,
         act_layer: ActLayer | None = None,
+        mlp_layer: str = "",
         qk_scale: float | None = None,
         representation_size: int | None = None,
         distilled: bool = False,
@@ -190,8 +191,12 @@ class VisionTransformer(NaFlexForward, InitOrder):
             attn_drop_rate: Dropout on the attention weights.
             drop_path_rate: Stochastic depth, rising linearly to this rate at the last block.
             weight_init: Init scheme: '' (timm's), 'jax', 'jax_nlhb', 'moco', 'reset' or 'skip' (models/weight_init.py).
-            norm_layer: timm's norm layer argument, a LayerNorm kind; sets the eps of every norm.
+            norm_layer: timm's norm layer argument, a LayerNorm or RmsNorm kind; sets the eps of every norm.
+            embed_norm_layer: A norm of that kind ('layernorm', 'rmsnorm'; the eps of every norm) as ``patch_embed``'s
+                ``norm``, over the patch tokens (AIMv2's); None: an Identity there.
             act_layer: MLP activation: a name timm knows or a module class; None is GELU.
+            mlp_layer: The blocks' MLP named outright: 'swiglu' is timm's ``SwiGLU`` (``mlp_layer=SwiGLU``, AIMv2's);
+                '' chooses by ``swiglu_mlp``.
             qk_scale: Attention scale; None is head_dim ** -0.5.
             representation_size: Width of the ImageNet-21k pre-logits layer (Linear + Tanh); None leaves it out.
             distilled: Add DeiT's distillation token and head_dist.
@@ -256,9 +261,10 @@ class VisionTransformer(NaFlexForward, InitOrder):
             attn_type=attn_type,
             naflex_init=naflex_init,
             naflex_embeds=naflex_embeds,
+            mlp_layer=mlp_layer,
         )
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
-        norm = layer_norm(resolve_norm_eps(norm_layer, norm_eps))
+        norm = resolve_norm_layer(norm_layer, norm_eps)
         mlp_act = resolve_act_layer(act_layer)
         self.num_classes = num_classes
         self.global_pool = global_pool
@@ -323,6 +329,7 @@ class VisionTransformer(NaFlexForward, InitOrder):
                 strict_img_size=not dynamic_img_size,
                 dynamic_img_pad=dynamic_img_pad,
                 output_fmt="NHWC" if dynamic_img_size else None,
+                norm_layer=None if embed_norm_layer is None else resolve_norm_layer(embed_norm_layer, norm_eps),
                 **dd,
             )
             self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
@@ -369,6 +376,7 @@ class VisionTransformer(NaFlexForward, InitOrder):
             swiglu_mlp=swiglu_mlp,
             swiglu_align_to=swiglu_align_to,
             scale_mlp=scale_mlp,
+            mlp_layer=mlp_layer,
             act_layer=mlp_act,
             norm_layer=norm,
         )

@@ -78,12 +78,13 @@ class DinoV3Rotary(nn.Module):
         """Patch centres ``(index + 0.5 + offset) / size`` mapped to [-1, 1], in float32."""
         return 2.0 * ((index.float() + 0.5 + self.grid_offset) / size.float()) - 1.0
 
-    def for_grid(self, height: int, width: int, device: torch.device) -> torch.Tensor:
-        """(2, height * width, head_dim) terms of an image's patch grid, row-major."""
+    def for_grid(self, height: int, width: int, device: torch.device, prefix: int = 0) -> torch.Tensor:
+        """(2, prefix + height * width, head_dim) terms of an image's patch grid, row-major, after ``prefix``
+        identity rows (the prefix tokens, not rotated)."""
         rows = (torch.arange(height, dtype=torch.float32, device=device) + 0.5 + self.grid_offset) / height
         cols = (torch.arange(width, dtype=torch.float32, device=device) + 0.5 + self.grid_offset) / width
         grid = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).flatten(0, 1)
-        return self._terms(2.0 * grid - 1.0)
+        return with_prefix_rows(self._terms(2.0 * grid - 1.0), prefix)
 
     def for_coords(self, coord: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         """(2, ..., head_dim) terms of patches at integer (row, column) ``coord`` (..., 2) in grids ``grid`` (..., 2)."""
@@ -148,14 +149,15 @@ class AxialRotary(nn.Module):
         angles = (coords[..., None] * self._bands(coords.device)).flatten(-2).repeat_interleave(2, dim=-1)
         return torch.stack([angles.sin(), angles.cos()])
 
-    def for_grid(self, height: int, width: int, device: torch.device) -> torch.Tensor:
-        """(2, height * width, head_dim) terms of an image's patch grid, row-major."""
+    def for_grid(self, height: int, width: int, device: torch.device, prefix: int = 0) -> torch.Tensor:
+        """(2, prefix + height * width, head_dim) terms of an image's patch grid, row-major, after ``prefix``
+        identity rows (the prefix tokens, not rotated)."""
         rows = torch.arange(height, dtype=torch.float32, device=device) + self.grid_offset
         cols = torch.arange(width, dtype=torch.float32, device=device) + self.grid_offset
         rows = self._rescaled(rows, torch.full((), height, dtype=torch.float32, device=device), 0)
         cols = self._rescaled(cols, torch.full((), width, dtype=torch.float32, device=device), 1)
         grid_rows, grid_cols = torch.meshgrid(rows, cols, indexing="ij")
-        return self._terms(grid_rows.flatten(), grid_cols.flatten())
+        return with_prefix_rows(self._terms(grid_rows.flatten(), grid_cols.flatten()), prefix)
 
     def for_coords(self, coord: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         """(2, ..., head_dim) terms of patches at integer (row, column) ``coord`` (..., 2) in grids ``grid`` (..., 2)."""

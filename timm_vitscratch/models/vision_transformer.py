@@ -36,7 +36,7 @@ from .option_checks import check_global_pool, check_options
 from .packing import PackedSegments
 from .patch_embed import PatchEmbed
 from .position import position_encoding
-from .rotary import rotary_position, with_prefix_rows
+from .rotary import rotary_position
 from .weight_init import check_weight_init, scheme
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
@@ -668,7 +668,8 @@ class VisionTransformer(NaFlexForward, InitOrder):
         if self.dynamic_img_size:
             batch, height, width, dim = x.shape
             x = x.reshape(batch, height * width, dim)
-            pos_embed = self.pos_encoding.for_grid(pos_embed, height, width, self.patch_embed.grid_size, x)
+            if pos_embed is not None:  # no table, nothing to resample (DINOv3: positions are rotary)
+                pos_embed = self.pos_encoding.for_grid(pos_embed, height, width, self.patch_embed.grid_size, x)
         prefix = self._prefix_tokens()
         if prefix is not None:
             prefix = prefix.expand(x.shape[0], -1, -1)
@@ -699,7 +700,7 @@ class VisionTransformer(NaFlexForward, InitOrder):
             x = self._pos_embed(x)
         rope: torch.Tensor | None = None
         if self.rope is not None:
-            rope = with_prefix_rows(self.rope.for_grid(height, width, x.device), self.num_prefix_tokens)
+            rope = self.rope.for_grid(height, width, x.device, self.num_prefix_tokens)
         if self.patch_drop is not None:
             if torch.jit.is_scripting():  # TorchScript compiles no isinstance of a module class
                 if rope is not None and self.training:
@@ -827,6 +828,8 @@ class VisionTransformer(NaFlexForward, InitOrder):
                 return self.attn_pool(tokens)
             return self.attn_pool(tokens, keep[:, None, None, :])
         pool_type = self.global_pool if pool_type is None else pool_type
+        if pool_type == "token":  # the class token, read here (no call into models/pooling.py on that path)
+            return x[:, 0]
         return pooling.pool_tokens(x, pool_type, self.num_prefix_tokens, self.pool_include_prefix, patch_valid)
 
     def forward_head(

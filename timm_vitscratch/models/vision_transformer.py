@@ -1,7 +1,6 @@
 """The Vision Transformer: timm's ``VisionTransformer`` options and model hooks, plus DeiT distillation
 and ImageNet-21k "has_logits"."""
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -13,12 +12,12 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import NaFlexBatchError
 from ..gate.naflex_batch import check_patch_valid
-from ..private_api import record_input_size
 from . import intermediates, pooling, storage
 from .attention import Attention, AttentionPool, check_attn_impl
 from .block import BLOCK_TYPES, TransformerBlock
 from .block_layers import block_layers, build_blocks
 from .checkpoint_filter import load_pretrained, remap_on_load
+from .head import Head
 from .init_order import InitOrder
 from .layers import (
     DEFAULT_NORM_EPS,
@@ -27,17 +26,14 @@ from .layers import (
     PatchDropout,
     resolve_act_layer,
     resolve_norm_layer,
-    sincos_2d_pos_embed,
     to_2tuple,
 )
-from .naflex_embeds import NaFlexEmbeds
 from .naflex_forward import NaFlexForward
-from .option_checks import check_global_pool, check_options
+from .option_checks import check_options
 from .packing import PackedSegments
-from .patch_embed import PatchEmbed
-from .position import position_encoding
 from .rotary import rotary_position
-from .weight_init import check_weight_init, scheme
+from .stem import Stem
+from .weight_init import check_weight_init
 
 #: Tensors the model holds itself rather than through a submodule (initialised by the model, no weight decay).
 OWN_TENSORS = ("pos_embed", "cls_token", "reg_token", "dist_token")
@@ -71,7 +67,7 @@ def _is_fx_proxy(x: torch.Tensor) -> bool:
     return isinstance(x, torch.fx.Proxy)
 
 
-class VisionTransformer(NaFlexForward, InitOrder):
+class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
     """ViT of Dosovitskiy et al. 2020 with timm's options and DeiT's optional distillation token.
 
     The constructor takes timm's ``VisionTransformer`` arguments with timm's names, defaults and
@@ -294,62 +290,8 @@ class VisionTransformer(NaFlexForward, InitOrder):
         self.load_device: torch.device | None = None
         self.attn_impl = check_attn_impl(attn_impl or ("sdpa" if use_fused_attn() else "eager"))
 
-        # positions for any grid, packed tokens or padded slots, from the table (a plain object, not a module)
-        self.pos_encoding = position_encoding(pos_embed, self.pos_prefix_tokens, embed_dim, pos_embed_interp_mode)
-        self.embeds: NaFlexEmbeds | None = None
-        if naflex_embeds:  # timm NaFlexVit's embedding module: tokens, Linear projection, table, dropout
-            self.embeds = NaFlexEmbeds(
-                img_size,
-                patch_size,
-                in_chans,
-                embed_dim,
-                self.pos_encoding,
-                bias=not pre_norm,
-                class_token=class_token,
-                reg_tokens=reg_tokens,
-                learned_pos=pos_embed == "learn",
-                strict_img_size=not dynamic_img_size,
-                dynamic_img_pad=dynamic_img_pad,
-                pos_drop_rate=pos_drop_rate,
-                channels_last=patchify_channels_last,
-                init_tokens=naflex_init,
-                **dd,
-            )
-            self.dist_token = None
-            self.sincos_pos_embed = False
-        else:
-            # CLIP-style pre-norm models have no patch bias (timm's convention)
-            # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
-            self.patch_embed = PatchEmbed(
-                img_size=img_size,
-                patch_size=patch_size,
-                in_chans=in_chans,
-                embed_dim=embed_dim,
-                bias=not pre_norm,
-                strict_img_size=not dynamic_img_size,
-                dynamic_img_pad=dynamic_img_pad,
-                output_fmt="NHWC" if dynamic_img_size else None,
-                norm_layer=None if embed_norm_layer is None else resolve_norm_layer(embed_norm_layer, norm_eps),
-                **dd,
-            )
-            self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
-            self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if distilled else None
-            self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim, **dd)) if reg_tokens else None
-            self.sincos_pos_embed = pos_embed == "sincos"
-            if pos_embed == "learn":
-                self.pos_embed: torch.Tensor | None = nn.Parameter(
-                    torch.zeros(1, self._pos_embed_len(), embed_dim, **dd)
-                )
-            elif pos_embed == "sincos":
-                table = self._sincos_table(device)
-                self.register_buffer("pos_embed", table if dtype is None else table.to(dtype), persistent=False)
-            else:
-                self.pos_embed = None
-            if naflex_init and not self.has_meta_tensors():  # timm's NaFlexEmbeds draws these when built
-                self._init_naflex_tokens()
-            self.pos_drop = nn.Dropout(pos_drop_rate)
-        # rotary position for attention (timm's ``rope`` module); the prefix tokens are not rotated
-        self.rope = rotary_position(
+        # rotary position for attention (timm's ``rope`` module), then the stem in timm's order (models/stem.py)
+        rope = rotary_position(
             rope_type,
             embed_dim // num_heads,
             temperature=rope_temperature,
@@ -357,14 +299,30 @@ class VisionTransformer(NaFlexForward, InitOrder):
             grid_indexing=rope_grid_indexing,
             ref_feat_shape=None if ref_feat_shape is None else to_2tuple(ref_feat_shape, "ref_feat_shape"),
         )
-        self.patch_drop: nn.Module | None = (
-            PatchDropout(patch_drop_rate, num_prefix_tokens=self.num_prefix_tokens)
-            if patch_drop_rate > 0
-            else None
-            if eva_names or naflex_embeds
-            else nn.Identity()
+        self._build_stem(
+            img_size,
+            patch_size,
+            in_chans,
+            embed_dim,
+            pos_embed=pos_embed,
+            pos_embed_interp_mode=pos_embed_interp_mode,
+            pre_norm=pre_norm,
+            class_token=class_token,
+            distilled=distilled,
+            reg_tokens=reg_tokens,
+            dynamic_img_size=dynamic_img_size,
+            dynamic_img_pad=dynamic_img_pad,
+            pos_drop_rate=pos_drop_rate,
+            patch_drop_rate=patch_drop_rate,
+            patchify_channels_last=patchify_channels_last,
+            naflex_init=naflex_init,
+            naflex_embeds=naflex_embeds,
+            bare=eva_names or naflex_embeds,
+            rope=rope,
+            norm=norm,
+            dd=dd,
+            embed_norm=None if embed_norm_layer is None else resolve_norm_layer(embed_norm_layer, norm_eps),
         )
-        self.norm_pre = norm(embed_dim, **dd) if pre_norm else nn.Identity()
 
         # the block, attention and MLP classes, chosen once from the options (models/block_layers.py)
         layers = block_layers(
@@ -407,29 +365,22 @@ class VisionTransformer(NaFlexForward, InitOrder):
             for i in range(depth)
         ]
 
-        self.attn_pool = (
-            AttentionPool(
-                embed_dim,
-                num_heads=attn_pool_num_heads or num_heads,
-                mlp_ratio=attn_pool_mlp_ratio or mlp_ratio,
-                norm_layer=norm,
-                act_layer=mlp_act,
-                attn_impl=self.attn_impl,
-                **dd,
-            )
-            if global_pool == "map"
-            else None
+        self._build_head(
+            embed_dim,
+            num_heads,
+            mlp_ratio,
+            use_fc_norm=use_fc_norm,
+            final_norm=final_norm,
+            representation_size=representation_size,
+            drop_rate=drop_rate,
+            attn_pool_num_heads=attn_pool_num_heads,
+            attn_pool_mlp_ratio=attn_pool_mlp_ratio,
+            norm=norm,
+            act_layer=mlp_act,
+            attn_impl=self.attn_impl,
+            bare=eva_names or naflex_embeds,
+            dd=dd,
         )
-        self.fc_norm = norm(embed_dim, **dd) if final_norm and use_fc_norm else nn.Identity()
-        if representation_size:
-            self.pre_logits: nn.Module | None = nn.Sequential(
-                OrderedDict(fc=nn.Linear(embed_dim, representation_size, **dd), act=nn.Tanh())
-            )
-        else:
-            self.pre_logits = None if eva_names or naflex_embeds else nn.Identity()
-        self.head_drop = nn.Dropout(drop_rate)
-        self.head = self._make_head(num_classes, **dd)
-        self.head_dist = self._make_head(num_classes, **dd) if distilled else None
         # as timm: every layer was initialised by its own constructor; the scheme's pass redoes what it
         # has a rule for. On ``meta`` nothing holds data: materialize() initialises once there is storage
         if weight_init != "skip" and not self.has_meta_tensors():
@@ -447,25 +398,6 @@ class VisionTransformer(NaFlexForward, InitOrder):
             if embeds is None:
                 raise
             return embeds if name == "patch_embed" else getattr(embeds, name)
-
-    @property
-    def pos_prefix_tokens(self) -> int:
-        """Prefix tokens that have a row in the position table: none with ``no_embed_class`` (DeiT-III, DINOv2)."""
-        return 0 if self.no_embed_class else self.num_prefix_tokens
-
-    def _pos_embed_len(self) -> int:
-        return self.patch_embed.num_patches + self.pos_prefix_tokens
-
-    def _sincos_table(self, device: str | torch.device | None = None) -> torch.Tensor:
-        where = torch.device(device) if device is not None else None
-        return sincos_2d_pos_embed(self.patch_embed.grid_size, self.embed_dim, self.pos_prefix_tokens, device=where)
-
-    def _make_head(
-        self, num_classes: int, device: str | torch.device | None = None, dtype: torch.dtype | None = None
-    ) -> nn.Module:
-        if num_classes == 0:
-            return nn.Identity()
-        return nn.Linear(self.head_hidden_size, num_classes, device=device, dtype=dtype)
 
     # --- initialisation ----------------------------------------------------------------------
     def init_weights(self, mode: str | None = None, needs_reset: bool = True) -> None:
@@ -580,69 +512,6 @@ class VisionTransformer(NaFlexForward, InitOrder):
     def set_naflex_packed(self, enable: bool = True) -> None:
         """Run NaFlex batches packed (the default) or on timm's padded, masked layout (what export takes)."""
         self.naflex_packed = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module | tuple[nn.Module, nn.Module]:
-        return (self.head, self.head_dist) if self.head_dist is not None else self.head
-
-    @torch.jit.ignore
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """Replace the classifier(s) with fresh, trainable ones for ``num_classes`` (0 = features only).
-
-        The new head sits on the model's device and dtype and in its train/eval mode. A new
-        ``global_pool`` other than ``'map'`` drops the attention-pooling head; ``'map'`` needs one.
-        """
-        if num_classes < 0:
-            raise ValueError(f"num_classes must be >= 0, got {num_classes}")
-        if global_pool is not None:
-            check_global_pool(global_pool, self.distilled, self.has_class_token)
-            if global_pool == "map" and self.attn_pool is None:
-                raise ValueError("global_pool='map' needs the attention-pooling head: build the model with it")
-            if global_pool != "map":
-                self.attn_pool = None
-            self.global_pool = global_pool
-        self.num_classes = num_classes
-        reference = self.patch_embed.proj.weight
-        init = scheme(self.weight_init_mode, num_classes)
-        for name in ["head", "head_dist"] if self.distilled else ["head"]:
-            head = self._make_head(num_classes, device=reference.device, dtype=reference.dtype)
-            init(head, self.init_roles[name], False)  # on top of the init its constructor gave it
-            setattr(self, name, head.train(self.training))
-
-    @torch.jit.ignore
-    def set_input_size(
-        self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None
-    ) -> None:
-        """New input resolution and/or patch size, as timm does it.
-
-        The learned position table is resampled to the new patch grid as the forward resamples it
-        (``pos_embed_interp_mode``), the sincos table recomputed, and a new patch size resamples the
-        patch projection. Device, dtype, ``requires_grad`` and train/eval are kept.
-        """
-        if self.embeds is not None:
-            self.embeds.set_input_size(img_size, patch_size)
-        else:
-            self._set_classic_input_size(img_size, patch_size)
-        if patch_size is not None:
-            for info in self.feature_info:
-                info["reduction"] = max(self.patch_embed.patch_size)
-        # timm's record of the size the model now takes (read by timm.models.get_model_input_config)
-        record_input_size(
-            self, self.patch_embed.img_size, patch_size=None if patch_size is None else self.patch_embed.patch_size
-        )
-
-    def _set_classic_input_size(
-        self, img_size: int | tuple[int, int] | None, patch_size: int | tuple[int, int] | None
-    ) -> None:
-        old_grid = self.patch_embed.grid_size
-        self.patch_embed.set_input_size(img_size, patch_size)
-        new_grid = self.patch_embed.grid_size
-        if isinstance(self.pos_embed, nn.Parameter) and new_grid != old_grid:
-            table = self.pos_encoding.for_grid(self.pos_embed.detach(), *new_grid, old_grid, self.pos_embed)
-            assert table is not None  # a learned table resamples to a table
-            self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
-        elif self.pos_embed is not None and self.sincos_pos_embed:
-            self.pos_embed = self._sincos_table(self.pos_embed.device).to(self.pos_embed.dtype)
 
     # --- forward ------------------------------------------------------------------------------
     def _prefix_tokens(self) -> torch.Tensor | None:

@@ -367,6 +367,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_checkpoint(args: argparse.Namespace) -> int:
+    from timm_vitscratch.train.checkpoint import latest
+    from timm_vitscratch.train.export import export_checkpoint
+
+    source = latest(args.checkpoint)
+    out = export_checkpoint(source, args.out)
+    print(f"wrote {out} from {source}")
+    return 0
+
+
 # --- the parser: standard library only -----------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """argparse's parser; a command with a ``required_hint`` adds it to argparse's "arguments are required"
@@ -590,6 +600,16 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
         "--dtype", choices=choices.DTYPE_NAMES, default=None, help="dtype of the written weights (default: as stored)"
     )
     p_export.set_defaults(func=_cmd_export)
+
+    p_export_checkpoint = commands.add_parser(
+        "export-checkpoint",
+        help="a training checkpoint (DCP shards of python -m timm_vitscratch.train) -> a model directory",
+    )
+    p_export_checkpoint.add_argument(
+        "checkpoint", help="a checkpoint directory (OUTPUT/checkpoints/step-N) or a run directory: its latest"
+    )
+    p_export_checkpoint.add_argument("out", help="the model directory to write (model.safetensors + config.json)")
+    p_export_checkpoint.set_defaults(func=_cmd_export_checkpoint)
     return parser, dict(commands.choices)
 
 

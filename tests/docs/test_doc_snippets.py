@@ -250,6 +250,14 @@ NOT_RUN: dict[str, str] = {
         ),
         _SHOWN_BY_ITS_BLOCK,
     ),
+    **dict.fromkeys(
+        (
+            "docs/training.md: vitscratch export-checkpoint runs/7b out/7b",
+            "docs/training.md: vitscratch export-checkpoint runs/7b/checkpoints/step-5000 out/7b-5000",
+        ),
+        "needs the checkpoints of a multi-GPU DINOv3-7B run; tests/training/test_fsdp.py exports a torchrun "
+        "checkpoint of a tiny model through the same export_checkpoint",
+    ),
     "docs/hub.md: vitscratch push scratch_vit_b16.tv_in1k ORG/NAME": (
         "loads the tag's weights first: torchvision's 330 MB ViT-B/16 file from download.pytorch.org"
     ),

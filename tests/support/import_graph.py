@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("layouts",),
     ("models",),
     ("model_dir", "inspect"),
-    ("convert", "hub"),
+    ("convert", "hub", "train"),
     ("cli",),
 ]
 #: the package's own ``__init__`` registers the models and re-exports them: nothing inside imports it

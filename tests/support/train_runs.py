@@ -1,0 +1,60 @@
+"""Several runs of ``timm_vitscratch.train`` in one process (group), to start as few ``torchrun`` jobs as a test can.
+
+    python -m tests.support.train_runs RUNS.json
+
+``RUNS.json`` holds a list of runs, each ``{"args": [...], "full_weights": PATH (optional)}``: one ``train()`` call
+each, in order, in the same process group. ``full_weights`` has rank 0 write the trained model's whole state dict
+there (gathered by ``get_model_state_dict``), for a test to compare with what was exported.
+Also: a tiny synthetic image folder (``write_image_folder``) for those runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def write_image_folder(root: Path, classes: int = 4, per_class: int = 8, size: int = 16, seed: int = 0) -> Path:
+    """``root/train/class_K/N.png``: random pictures whose colour says their class (learnable)."""
+    from PIL import Image
+
+    generator = np.random.default_rng(seed)
+    for label in range(classes):
+        folder = root / "train" / f"class_{label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(per_class):
+            pixels = generator.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            pixels[..., label % 3] = pixels[..., label % 3] // 2 + 128 * (label // 3 % 2)
+            Image.fromarray(pixels).save(folder / f"{index}.png")
+    return root
+
+
+def main(argv: list[str]) -> int:
+    import safetensors.torch
+    import torch
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from timm_vitscratch.train import parallel
+    from timm_vitscratch.train.options import build_parser
+    from timm_vitscratch.train.run import train
+
+    runs = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    try:
+        for run in runs:
+            trained = train(build_parser().parse_args(run["args"]))
+            if run.get("full_weights"):
+                options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+                state = get_model_state_dict(trained.model, options=options)
+                if trained.summary["world_size"] == 1 or parallel.dist.get_rank() == 0:
+                    tensors = {k: v.contiguous() for k, v in state.items() if isinstance(v, torch.Tensor)}
+                    safetensors.torch.save_file(tensors, run["full_weights"])
+    finally:
+        parallel.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

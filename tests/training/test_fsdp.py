@@ -1,0 +1,146 @@
+"""``timm_vitscratch.train`` as one process, DDP x2 and FSDP x2 (gloo on CPU): the same loss line; DCP checkpoints
+that resume on another world size, never from a partial one; a model directory exported from the shards.
+
+Two jobs carry every check: one ``torchrun --nproc_per_node 2`` job (DDP and FSDP runs, checkpoints, an export)
+and one plain process (the one-process runs and the resumes), both started once for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import timm
+import torch
+
+from tests.support import time_limits
+from tests.support.train_runs import write_image_folder
+from timm_vitscratch.train import checkpoint
+from timm_vitscratch.train.export import export_checkpoint
+
+pytestmark = pytest.mark.slow  # starts a torchrun job and a training process
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["img_size=16", "patch_size=4", "embed_dim=64", "depth=2", "num_heads=4"]
+MODELS = {"vit": "scratch_vit_ti16", "dinov3": "scratch_dinov3_s16"}
+EPOCHS = 3
+GLOBAL_BATCH = 8  # 32 images: 4 steps an epoch
+# SGD: the update is linear in the gradient, so fp32 summation order is the only difference between world sizes
+COMMON = ["--num-classes", "4", "--no-aug", "-j", "0", "--opt", "sgd", "--lr", "0.05", "--layer-decay", "0.75"]
+COMMON += ["--epochs", str(EPOCHS), "--seed", "3"]
+
+
+def _arguments(model: str, data: Path, output: Path, world_size: int, *extra: str) -> list[str]:
+    batch = str(GLOBAL_BATCH // world_size)
+    return ["--model", MODELS[model], "--model-kwargs", *TINY, "--data-dir", str(data), "-b", batch, "--output",
+            str(output), *COMMON, *extra]  # fmt: skip
+
+
+def _job(runs: list[dict], path: Path, processes: int) -> None:
+    path.write_text(json.dumps(runs), encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    if os.path.isdir("/sys/class/net/lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on the loopback interface only
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
+    command = [sys.executable, *launcher, "-m", "tests.support.train_runs", str(path)]
+    result = time_limits.run(command, cwd=path.parent, env=env, capture_output=True, text=True, quiet_seconds=60)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp")
+    data = write_image_folder(root / "data")
+    two = [
+        {"args": _arguments("vit", data, root / "vit_ddp", 2)},
+        {
+            "args": _arguments(
+                "vit",
+                data,
+                root / "vit_fsdp",
+                2,
+                "--fsdp",
+                "--grad-checkpointing",
+                "--export",
+                str(root / "vit_export"),
+            ),
+            "full_weights": str(root / "vit_fsdp_trained.safetensors"),
+        },
+        {"args": _arguments("dinov3", data, root / "dinov3_ddp", 2)},
+        {"args": _arguments("dinov3", data, root / "dinov3_fsdp", 2, "--fsdp", "--checkpoint-every", "0")},
+    ]
+    _job(two, root / "two.json", 2)
+    # a killed run: its first checkpoint complete, the second without its marker, the third still being written
+    killed = root / "killed" / checkpoint.CHECKPOINTS
+    killed.mkdir(parents=True)
+    fsdp = root / "vit_fsdp" / checkpoint.CHECKPOINTS
+    shutil.copytree(fsdp / "step-4", killed / "step-4")
+    shutil.copytree(fsdp / "step-8", killed / "step-8")
+    (killed / "step-8" / checkpoint.COMPLETE).unlink()
+    shutil.copytree(fsdp / "step-12", killed / ".step-12.partial")
+    one = [
+        {"args": _arguments("vit", data, root / "vit_one", 1)},
+        {"args": _arguments("dinov3", data, root / "dinov3_one", 1, "--checkpoint-every", "0")},
+        {"args": _arguments("vit", data, root / "vit_resumed", 1, "--resume", str(root / "killed"))},
+    ]
+    _job(one, root / "one.json", 1)
+    return root
+
+
+def _losses(root: Path, run: str) -> list[float]:
+    return json.loads((root / run / "summary.json").read_text(encoding="utf-8"))["losses"]
+
+
+def _relative(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b)
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_one_process_ddp_and_fsdp_take_the_same_loss_line(runs, model):
+    one = _losses(runs, f"{model}_one")
+    assert len(one) == EPOCHS * 32 // GLOBAL_BATCH
+    assert _relative(one, _losses(runs, f"{model}_ddp")) < 1e-5
+    assert _relative(one, _losses(runs, f"{model}_fsdp")) < 1e-5
+    assert one[-1] < one[0]  # it learns
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_process_from_the_last_complete_one(runs):
+    one = _losses(runs, "vit_one")
+    resumed = json.loads((runs / "vit_resumed" / "summary.json").read_text(encoding="utf-8"))
+    assert resumed["world_size"] == 1
+    # step-8 has no marker and step-12 is still .partial: the run continues from step 4, on the same line
+    assert len(resumed["losses"]) == len(one) - 4
+    assert _relative(one[4:], resumed["losses"]) < 1e-5
+    record = checkpoint.read_training(runs / "vit_fsdp" / checkpoint.CHECKPOINTS / "step-4")
+    assert (record["world_size"], record["epoch"], record["step"]) == (2, 1, 4)
+
+
+def test_only_complete_checkpoints_count(runs):
+    killed = runs / "killed"
+    assert checkpoint.latest(killed).name == "step-4"
+    assert checkpoint.latest(killed / checkpoint.CHECKPOINTS).name == "step-4"
+    with pytest.raises(checkpoint.CheckpointError, match="not a complete checkpoint"):
+        checkpoint.latest(killed / checkpoint.CHECKPOINTS / "step-8")
+    assert checkpoint.latest(runs / "vit_fsdp").name == "step-12"
+
+
+def test_the_exported_directory_holds_the_trained_weights_exactly(runs, tmp_path):
+    trained = safetensors.torch.load_file(runs / "vit_fsdp_trained.safetensors")
+    exported = safetensors.torch.load_file(runs / "vit_export" / "model.safetensors")
+    assert set(trained) == set(exported)
+    for name, tensor in trained.items():
+        assert torch.equal(tensor, exported[name]), name
+    model = timm.create_model(f"local-dir:{runs / 'vit_export'}", pretrained=True)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+    config = json.loads((runs / "vit_export" / "config.json").read_text(encoding="utf-8"))
+    assert config["pretrained_cfg"]["license"] == "unknown"  # trained from a random start: no one's licence
+    # the CLI's route, from a run directory (its latest complete checkpoint), gives the same bytes
+    again = export_checkpoint(runs / "vit_fsdp", tmp_path / "again")
+    assert (again / "model.safetensors").read_bytes() == (runs / "vit_export" / "model.safetensors").read_bytes()

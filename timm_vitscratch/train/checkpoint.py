@@ -1,0 +1,190 @@
+"""Distributed Checkpoint (DCP) checkpoints that outlive the job and resume at another world size.
+
+A checkpoint is a directory ``OUTPUT/checkpoints/step-N/``: DCP's shards and ``.metadata`` (the model and optimizer
+state as ``torch.distributed.checkpoint.state_dict.get_state_dict`` gives them, keyed by parameter name whatever
+the wrapping, and each rank's RNG states), ``training.json`` (the epoch and step reached, the scheduler's state, the
+model's name and arguments) and last the completion marker ``COMPLETE``. Every rank writes into
+``.step-N.partial/``; rank 0 adds ``training.json`` and the marker and renames the directory. A run killed on the
+way leaves a ``.partial`` directory, which nothing resumes from: only ``step-N`` directories holding ``COMPLETE``
+count. DCP reshards on load, so a checkpoint of two FSDP ranks resumes on one process, under DDP or on four.
+
+A checkpoint is the run's own output and trusted as such: DCP's metadata is a pickle, read by PyTorch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from ..errors import ModelDirectoryError
+from ..files import atomic_write
+from ..gate.json_data import read_json_object
+from .parallel import Processes, barrier
+
+CHECKPOINTS = "checkpoints"
+COMPLETE = "COMPLETE"
+TRAINING = "training.json"
+STEP_NAME = re.compile(r"^step-(\d+)$")
+#: where the model's tensors sit in a checkpoint's flat DCP keys (``model.<parameter name>``)
+MODEL_PREFIX = "model."
+
+
+class CheckpointError(ModelDirectoryError):
+    """No complete checkpoint where one was asked for, or one that cannot be read."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands: ``epoch`` epochs done, ``step`` optimizer steps taken."""
+
+    epoch: int
+    step: int
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    """This process's RNG states (torch, CUDA, numpy, Python's ``random``) as tensors."""
+    numpy_state: tuple[Any, ...] = tuple(np.random.get_state())
+    python_state = random.getstate()
+    gauss = python_state[2]
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy_key": torch.from_numpy(np.asarray(numpy_state[1], dtype=np.int64)),
+        "numpy_rest": torch.tensor([float(numpy_state[2]), float(numpy_state[3]), float(numpy_state[4])]),
+        "python": torch.tensor(python_state[1], dtype=torch.int64),
+        "python_gauss": torch.tensor([float("nan") if gauss is None else gauss], dtype=torch.float64),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["torch"])
+    rest = state["numpy_rest"].tolist()
+    key = state["numpy_key"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", key, int(rest[0]), int(rest[1]), float(rest[2])))
+    gauss = float(state["python_gauss"][0])
+    random.setstate((3, tuple(int(v) for v in state["python"].tolist()), None if gauss != gauss else gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+@contextlib.contextmanager
+def one_process_quiet() -> Iterator[None]:
+    """DCP warns that it saves or loads in one process when there is no process group: that is meant."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to", category=UserWarning)
+        yield
+
+
+def _rng_key(rank: int) -> str:
+    return f"rng_rank{rank}"
+
+
+def is_complete(directory: Path) -> bool:
+    return STEP_NAME.match(directory.name) is not None and (directory / COMPLETE).is_file()
+
+
+def latest(path: str | os.PathLike[str]) -> Path:
+    """The checkpoint to resume from: ``path`` itself when it is a complete checkpoint, else the complete one with
+    the most steps under ``path/checkpoints`` (a run directory) or ``path`` (a checkpoints directory)."""
+    path = Path(path)
+    if STEP_NAME.match(path.name):
+        if not is_complete(path):
+            raise CheckpointError(
+                f"{path} is not a complete checkpoint (no {COMPLETE} marker): the run was stopped while writing it"
+            )
+        return path
+    folder = path / CHECKPOINTS if (path / CHECKPOINTS).is_dir() else path
+    found = sorted(
+        (int(match.group(1)), entry)
+        for entry in (folder.iterdir() if folder.is_dir() else ())
+        if (match := STEP_NAME.match(entry.name)) and is_complete(entry)
+    )
+    if not found:
+        raise CheckpointError(f"{path} holds no complete checkpoint (step-N/ with {COMPLETE})")
+    return found[-1][1]
+
+
+def read_training(directory: Path) -> dict[str, Any]:
+    """A checkpoint's ``training.json``, read through the gate."""
+    return read_json_object(directory / TRAINING, CheckpointError)
+
+
+def model_keys(directory: Path) -> dict[str, Any]:
+    """The model's tensors in a checkpoint: parameter name -> DCP's storage metadata (size, dtype)."""
+    metadata = FileSystemReader(str(directory)).read_metadata()
+    return {
+        key[len(MODEL_PREFIX) :]: entry
+        for key, entry in metadata.state_dict_metadata.items()
+        if key.startswith(MODEL_PREFIX) and hasattr(entry, "size")
+    }
+
+
+def save(
+    output: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    progress: Progress,
+    training: dict[str, Any],
+    processes: Processes,
+) -> Path:
+    """Write ``output/checkpoints/step-N`` from every rank; returns its path once it is complete."""
+    folder = output / CHECKPOINTS
+    final = folder / f"step-{progress.step}"
+    partial = folder / f".step-{progress.step}.partial"
+    if processes.main:
+        shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while writing it
+        partial.mkdir(parents=True)
+    barrier()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state, _rng_key(processes.rank): rng_state()}
+    with one_process_quiet():
+        dcp.save(state, checkpoint_id=str(partial), no_dist=not processes.distributed)
+    if processes.main:
+        record = {**training, "epoch": progress.epoch, "step": progress.step, "world_size": processes.world_size}
+        with atomic_write(partial / TRAINING, "w") as handle:
+            json.dump(record, handle, indent=2)
+        with atomic_write(partial / COMPLETE, "w") as handle:
+            handle.write(f"step {progress.step}, epoch {progress.epoch}\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(partial, final)
+    barrier()
+    return final
+
+
+def load(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, processes: Processes) -> dict[str, Any]:
+    """Load a complete checkpoint into ``model`` and ``optimizer`` (resharded to this world size) and this rank's
+    RNG states when the checkpoint has this rank's; returns its ``training.json``."""
+    if not is_complete(directory):
+        raise CheckpointError(f"{directory} is not a complete checkpoint (no {COMPLETE} marker)")
+    training = read_training(directory)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state: dict[str, Any] = {"model": model_state, "optim": optim_state}
+    saved = FileSystemReader(str(directory)).read_metadata().state_dict_metadata
+    key = _rng_key(processes.rank)
+    if any(name.startswith(key + ".") for name in saved):
+        state[key] = rng_state()
+    with one_process_quiet():
+        dcp.load(state, checkpoint_id=str(directory), no_dist=not processes.distributed)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if key in state:
+        set_rng_state(state[key])
+    return training

@@ -1,0 +1,66 @@
+"""A model directory from a DCP checkpoint, one tensor at a time.
+
+``model.safetensors`` is planned from the checkpoint's metadata (names, shapes, dtypes), then each tensor is read
+from the shards on its own (DCP reassembles it from however many ranks wrote it) and written: peak memory is one
+tensor, never the model. ``config.json`` describes the model built on ``meta`` from the name and arguments the
+checkpoint records; the license of the weights training started from travels (its text too, where it must).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+
+from ..licenses import UNKNOWN
+from ..model_dir import write_model_directory
+from ..models.build import build_on_meta
+from ..tensor_writer import TensorSpec
+from .checkpoint import CheckpointError, latest, model_keys, one_process_quiet, read_training
+
+
+def _read_one(directory: Path, spec: TensorSpec) -> torch.Tensor:
+    tensor = torch.empty(spec.shape, dtype=spec.dtype)
+    with one_process_quiet():
+        dcp.load(
+            {"model": {spec.name: tensor}},
+            storage_reader=FileSystemReader(str(directory)),
+            planner=DefaultLoadPlanner(allow_partial_load=True),
+            no_dist=True,
+        )
+    return tensor
+
+
+def export_checkpoint(checkpoint: str | os.PathLike[str], directory: str | os.PathLike[str]) -> Path:
+    """Write the model of ``checkpoint`` (a ``step-N`` directory, or a run directory: its latest complete one) as a
+    model directory that ``timm.create_model("local-dir:DIRECTORY", pretrained=True)`` loads."""
+    source = latest(checkpoint)
+    training = read_training(source)
+    name, kwargs = training.get("model"), training.get("model_kwargs", {})
+    if not isinstance(name, str) or not isinstance(kwargs, dict):
+        raise CheckpointError(f"{source / 'training.json'} does not name the model it trained")
+    model = build_on_meta(name, pretrained=False, **kwargs)
+    if not training.get("pretrained"):
+        # weights trained from a random start: the default tag's facts (its license) are not theirs
+        model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "license": UNKNOWN}  # type: ignore[assignment]
+    expected = model.state_dict()
+    found = model_keys(source)
+    if set(found) != set(expected):
+        missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+        raise CheckpointError(f"{source} does not hold {name}'s tensors (missing {missing[:5]}, extra {extra[:5]})")
+    specs = [TensorSpec(key, tuple(found[key].size), found[key].properties.dtype) for key in expected]
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    origin: dict[str, Any] = {
+        "format": "timm_vitscratch.train",
+        "model": name,
+        "weights": "fine-tuned" if training.get("pretrained") else "trained",
+        "checkpoint": source.name,
+        "epoch": training.get("epoch"),
+    }
+    write_model_directory(out, model, specs, lambda spec: _read_one(source, spec), source=origin)
+    return out

@@ -1,0 +1,244 @@
+"""The training loop: timm's data set, transforms, optimizer, scheduler and losses, one step at a time.
+
+Each rank reads ``--batch-size`` images per step from a ``DistributedSampler`` (seeded by ``--seed`` and the
+epoch), so the global batch of a step is the same images whatever the number of processes; the logged loss is
+the mean over ranks, the loss of that global batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from timm.data import Mixup, create_dataset, create_transform, resolve_data_config
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ..files import atomic_write
+from . import checkpoint, parallel
+from .export import export_checkpoint
+from .options import build_parser
+
+LOG = "log.jsonl"
+SUMMARY = "summary.json"
+
+
+def _model_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = dict(args.model_kwargs)
+    if args.num_classes is not None:
+        kwargs["num_classes"] = args.num_classes
+    if args.drop:
+        kwargs["drop_rate"] = args.drop
+    if args.drop_path is not None:
+        kwargs["drop_path_rate"] = args.drop_path
+    return kwargs
+
+
+def _model_img_size(model: nn.Module) -> int | None:
+    """The square size the model was built for (``--model-kwargs img_size=N``), when it says."""
+    img_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+    if isinstance(img_size, tuple) and len(img_size) == 2 and img_size[0] == img_size[1]:
+        return int(img_size[0])
+    return None
+
+
+def _starting_license(model: nn.Module) -> Any:
+    cfg = getattr(model, "pretrained_cfg", None)
+    return cfg.get("license") if isinstance(cfg, dict) else None
+
+
+def _loader(args: argparse.Namespace, model: nn.Module, processes: parallel.Processes) -> DataLoader:
+    size = args.img_size or _model_img_size(model)
+    config = resolve_data_config({"input_size": (3, size, size)} if size else {}, model=model)
+    dataset = create_dataset("", root=args.data_dir, split=args.train_split, is_training=True)
+    dataset.transform = create_transform(
+        config["input_size"],
+        is_training=True,
+        no_aug=args.no_aug,
+        interpolation=config["interpolation"],
+        mean=config["mean"],
+        std=config["std"],
+        crop_pct=config["crop_pct"],
+    )
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        dataset, num_replicas=processes.world_size, rank=processes.rank, shuffle=True, seed=args.seed, drop_last=True
+    )
+    return DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        sampler=sampler,
+        num_workers=args.workers,
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+        pin_memory=processes.device.type == "cuda",
+    )
+
+
+def _losses(args: argparse.Namespace, num_classes: int) -> tuple[nn.Module, Mixup | None]:
+    if args.mixup or args.cutmix:
+        mixup = Mixup(
+            mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, label_smoothing=args.smoothing, num_classes=num_classes
+        )
+        return SoftTargetCrossEntropy(), mixup
+    if args.smoothing:
+        return LabelSmoothingCrossEntropy(smoothing=args.smoothing), None
+    return nn.CrossEntropyLoss(), None
+
+
+def _autocast(args: argparse.Namespace, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    if args.amp_dtype == "float32" or args.fsdp:  # FSDP's MixedPrecisionPolicy casts instead
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=parallel.DTYPES[args.amp_dtype])
+
+
+@dataclass
+class Trained:
+    """What a run leaves: its summary (also in ``OUTPUT/summary.json``) and the model as trained (wrapped)."""
+
+    summary: dict[str, Any]
+    model: nn.Module
+
+
+def train(args: argparse.Namespace) -> Trained:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    processes = parallel.start(args.device)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model_kwargs = _model_arguments(args)
+    model = timm.create_model(args.model, pretrained=args.pretrained, **model_kwargs)
+    if args.grad_checkpointing:
+        model.set_grad_checkpointing(True)  # type: ignore[operator]
+    if not args.fsdp_cpu_offload:
+        model.to(processes.device)
+    loader = _loader(args, model, processes)
+    num_classes = int(model.num_classes)  # type: ignore[arg-type]
+    wrapped = parallel.wrap(model, processes, args.fsdp, args.amp_dtype, args.fsdp_cpu_offload)
+    # timm's parameter groups (no decay on norms, biases and tokens; layer decay through group_matcher)
+    optimizer = create_optimizer_v2(
+        model,
+        opt=args.opt,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        momentum=args.momentum,
+        layer_decay=args.layer_decay,
+    )
+    updates_per_epoch = len(loader)
+    scheduler, num_epochs = create_scheduler_v2(
+        optimizer,
+        sched=args.sched,
+        num_epochs=args.epochs,
+        warmup_epochs=args.warmup_epochs,
+        warmup_lr=args.warmup_lr,
+        min_lr=args.min_lr,
+        updates_per_epoch=updates_per_epoch,
+    )
+    loss_fn, mixup = _losses(args, num_classes)
+    scaler = torch.amp.GradScaler() if args.amp_dtype == "float16" and processes.device.type == "cuda" else None
+    training = {
+        "model": args.model,
+        "model_kwargs": model_kwargs,
+        "pretrained": bool(args.pretrained),
+        "license": _starting_license(model) if args.pretrained else None,
+        "seed": args.seed,
+        "global_batch": args.batch_size * processes.world_size,
+    }
+
+    progress = checkpoint.Progress(epoch=0, step=0)
+    if args.resume:
+        source = checkpoint.latest(args.resume)
+        record = checkpoint.load(source, wrapped, optimizer, processes)
+        progress = checkpoint.Progress(epoch=int(record["epoch"]), step=int(record["step"]))
+        scheduler.load_state_dict(record["scheduler"])
+        if record.get("global_batch") != training["global_batch"] and processes.main:
+            print(f"note: global batch {training['global_batch']}, the checkpoint's was {record.get('global_batch')}")
+        if processes.main:
+            print(f"resumed from {source} at epoch {progress.epoch}, step {progress.step}")
+    scheduler.step(progress.epoch)
+    scheduler.step_update(progress.step)
+
+    losses: list[float] = []
+    log = output / LOG
+    started = time.perf_counter()
+    for epoch in range(progress.epoch, num_epochs):
+        loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        wrapped.train()
+        step = progress.step
+        for images, targets in loader:
+            images, targets = images.to(processes.device), targets.to(processes.device)
+            if mixup is not None:
+                images, targets = mixup(images, targets)
+            with _autocast(args, processes.device):
+                loss = loss_fn(wrapped(images), targets)
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
+            if args.clip_grad:
+                torch.nn.utils.clip_grad_norm_(wrapped.parameters(), args.clip_grad)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            step += 1
+            scheduler.step_update(num_updates=step)
+            value = parallel.mean_over_ranks(loss)
+            losses.append(value)
+            if processes.main:
+                with open(log, "a", encoding="utf-8") as handle:
+                    lr = optimizer.param_groups[0]["lr"]
+                    handle.write(json.dumps({"epoch": epoch, "step": step, "loss": value, "lr": lr}) + "\n")
+        scheduler.step(epoch + 1)
+        progress = checkpoint.Progress(epoch=epoch + 1, step=step)
+        if processes.main:
+            print(f"epoch {epoch + 1}/{num_epochs} step {step} loss {losses[-1]:.6f}", flush=True)
+        last = epoch + 1 == num_epochs
+        if (args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0) or (last and args.export):
+            record = {**training, "scheduler": scheduler.state_dict()}
+            checkpoint.save(output, wrapped, optimizer, progress, record, processes)
+
+    exported = None
+    if args.export and processes.main:
+        exported = str(export_checkpoint(output / checkpoint.CHECKPOINTS / f"step-{progress.step}", args.export))
+    parallel.barrier()
+    summary = {
+        "world_size": processes.world_size,
+        "fsdp": bool(args.fsdp),
+        "epoch": progress.epoch,
+        "step": progress.step,
+        "losses": losses,
+        "seconds": time.perf_counter() - started,
+        "export": exported,
+    }
+    if processes.main:
+        with atomic_write(output / SUMMARY, "w") as handle:
+            json.dump(summary, handle, indent=2)
+    return Trained(summary, wrapped)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        train(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        parallel.stop()
+    return 0

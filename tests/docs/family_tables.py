@@ -3,7 +3,7 @@
 python -m tests.docs.family_tables rows FAMILY   # each row: ours, timm's model, input, the layout options
 python -m tests.docs.family_tables tags FAMILY   # every tag: timm's weights, license, input, classes
 
-FAMILY: dinov2, siglip, eva02 or pe.
+FAMILY: dinov2, siglip, eva02, pe or aimv2.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import timm
 from tests.docs.dinov3_tables import _table
 from timm_vitscratch.models.pretrained import TIMM_TAGS
 from timm_vitscratch.models.variants import (
+    AIMV2,
     ARCHITECTURES,
     DINOV2_TIMM_NAMES,
     EVA02_VARIANTS,
@@ -29,6 +30,7 @@ FAMILIES = {
     "siglip": [*SIGLIP_TIMM_NAMES, *SIGLIP2_NAFLEX_TIMM_NAMES],
     "eva02": list(EVA02_VARIANTS),
     "pe": list(PE_VARIANTS),
+    "aimv2": list(AIMV2.names),
 }
 #: the options that tell the rows of a family apart, as the variant table sets them
 SHOWN = (

@@ -11,6 +11,7 @@ Same seed, same draws: tests/models/test_same_seed.py; counts on ``meta`` for ev
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
 import pytest
@@ -89,3 +90,19 @@ def test_rmsnorm_is_timms_and_its_names_are_the_files() -> None:
     ours.load_state_dict(theirs.state_dict(), strict=True)
     x = torch.randn(3, 5, 32)
     assert torch.equal(ours(x), theirs(x))
+
+
+@pytest.mark.parametrize(
+    "norm_layer, norm_eps",
+    [("rmsnorm", 1e-5), (functools.partial(timm.layers.RmsNorm, eps=1e-5), 1e-6), (timm.layers.RmsNorm, 1e-6)],
+)
+def test_every_norm_is_an_rmsnorm_with_the_one_eps(norm_layer: object, norm_eps: float) -> None:
+    """timm's ``norm_layer`` forms of an RmsNorm (a name takes ``norm_eps``; a partial states its own eps), as every
+    norm of the model, the patch tokens' too (``embed_norm_layer``) and those inside the blocks."""
+    model = timm.create_model(
+        "scratch_vit_ti16", depth=1, norm_layer=norm_layer, norm_eps=norm_eps, embed_norm_layer="rmsnorm"
+    )
+    expected = 1e-6 if norm_layer is timm.layers.RmsNorm else 1e-5
+    norms = [m for m in model.modules() if isinstance(m, RmsNorm)]
+    assert len(norms) == 4 and {m.eps for m in norms} == {expected}  # patch tokens, norm1, norm2, final
+    assert not [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]

@@ -275,7 +275,7 @@ def test_create_model_takes_act_layer_and_matches_timms_clip_quickgelu():
     [
         (dict(act_layer="no_such_act"), "not an activation timm knows"),
         (dict(act_layer=3), "activation name or a module class"),
-        (dict(norm_layer="rmsnorm"), "norm_layer must be a LayerNorm"),
+        (dict(norm_layer="groupnorm"), "norm_layer must be a LayerNorm or an RmsNorm"),
         (dict(norm_layer=partial(timm.layers.LayerNorm, eps=1e-5), norm_eps=1e-3), "pass one of them"),
     ],
 )

@@ -94,7 +94,7 @@ def _norm_kind_eps(norm_layer: Any) -> tuple[str, float | None]:
     try:
         factory = get_norm_layer(norm_layer)
         layer = factory(8) if factory is not None else None
-    except (AssertionError, KeyError, TypeError):
+    except (AssertionError, KeyError, TypeError, ValueError):
         layer = None
     if isinstance(layer, (TimmRmsNorm, RmsNorm)) and type(layer) in (TimmRmsNorm, RmsNorm) and layer.weight is not None:
         return "rmsnorm", float(layer.eps)
@@ -136,6 +136,15 @@ def resolve_norm_layer(norm_layer: Any, norm_eps: float = DEFAULT_NORM_EPS) -> N
     """The model's norm layer from timm's ``norm_layer`` (None: LayerNorm) with the one eps (:func:`resolve_norm_eps`)."""
     kind = "layernorm" if norm_layer is None else _norm_kind_eps(norm_layer)[0]
     return functools.partial(NORM_KINDS[kind], eps=resolve_norm_eps(norm_layer, norm_eps))
+
+
+def embed_norm(embed_norm_layer: Any, norm_layer: Any, norm_eps: float = DEFAULT_NORM_EPS) -> NormLayer | None:
+    """The patch tokens' norm (timm's ``embed_norm_layer``): of its own kind, with the model's one eps; None: none."""
+    if embed_norm_layer is None:
+        return None
+    return functools.partial(
+        NORM_KINDS[_norm_kind_eps(embed_norm_layer)[0]], eps=resolve_norm_eps(norm_layer, norm_eps)
+    )
 
 
 def layer_norm(eps: float = DEFAULT_NORM_EPS) -> NormLayer:

@@ -24,6 +24,7 @@ from .layers import (
     ActLayer,
     FactoryKwargs,
     PatchDropout,
+    embed_norm,
     resolve_act_layer,
     resolve_norm_layer,
     to_2tuple,
@@ -321,7 +322,7 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
             rope=rope,
             norm=norm,
             dd=dd,
-            embed_norm=None if embed_norm_layer is None else resolve_norm_layer(embed_norm_layer, norm_eps),
+            embed_norm=embed_norm(embed_norm_layer, norm_layer, norm_eps),
         )
 
         # the block, attention and MLP classes, chosen once from the options (models/block_layers.py)

@@ -38,13 +38,22 @@ def _package_dir() -> Path | None:
 def _read_choices() -> ModuleType:
     """``timm_vitscratch/choices.py`` run on its own (it imports nothing): the library's own lists of sources,
     export targets and dtypes for ``--help``, without importing the package."""
+    return _read_standalone("choices.py")
+
+
+def _read_standalone(relative: str) -> ModuleType:
+    """A module of the package that imports nothing from it at its top (``choices.py``, ``gate/picture_kind.py``,
+    ``inspect/zoo_counts.py``), run on its own from its file: what it holds, without importing the package (and
+    torch)."""
     from importlib.util import module_from_spec, spec_from_file_location
 
     package = _package_dir()
-    spec = spec_from_file_location("timm_vitscratch_choices", (package or Path(".")) / "choices.py")
+    name = "timm_vitscratch_" + relative.removesuffix(".py").replace("/", "_")
+    spec = spec_from_file_location(name, (package or Path(".")) / relative)
     if package is None or spec is None or spec.loader is None:
         raise SystemExit(f"{PROG}: error: timm_vitscratch is not importable")
     module = module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass in it looks its module up
     spec.loader.exec_module(module)
     return module
 
@@ -97,21 +106,6 @@ class _VersionAction(argparse.Action):
 
 
 # --- commands: each imports the library only when it runs ---------------------------------------------
-def _read_zoo_counts() -> ModuleType:
-    """``timm_vitscratch/inspect/zoo_counts.py`` run on its own (only the standard library at its top): the pinned
-    counts of ``vitscratch list``, printed without importing the package."""
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    package = _package_dir()
-    spec = spec_from_file_location("timm_vitscratch_zoo_counts", (package or Path(".")) / "inspect" / "zoo_counts.py")
-    if package is None or spec is None or spec.loader is None:
-        raise SystemExit(f"{PROG}: error: timm_vitscratch is not importable")
-    module = module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def _cmd_list(args: argparse.Namespace) -> int:
     reference = not args.no_reference
     if args.pretrained:
@@ -122,7 +116,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.live:
         return _list_live(reference)
     # the pinned counts, while the registry's sources are those they were generated from: no torch, no model built
-    zoo = _read_zoo_counts()
+    zoo = _read_standalone("inspect/zoo_counts.py")  # the pinned counts, without importing the package
     rows = zoo.pinned_rows()
     if rows is None:  # the registry has changed since: imported, and a variant not pinned built for its row
         from timm_vitscratch.inspect.render import zoo_table
@@ -184,24 +178,9 @@ def _attention_mistake(image: str, model: str, out: str) -> str | None:
     folder = Path(out).parent
     if not folder.is_dir():
         return f"output directory {str(folder)!r} does not exist (for --out {out!r}); create it first"
-    if not _is_picture(image, choices.IMAGE_FORMATS):
+    if not _read_standalone("gate/picture_kind.py").is_picture(image, choices.IMAGE_FORMATS):
         return f"cannot read image {image!r}: {choices.NOT_A_PICTURE}; {expected}"
     return None
-
-
-def _is_picture(path: str, formats: tuple[str, ...]) -> bool:
-    """Whether one of Pillow's readers of ``formats`` takes the file's header (Pillow, not torch: a fraction of
-    a second). Only the kind: the pixel bound and the decoding are the library's, when it reads the image."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with warnings.catch_warnings(), open(path, "rb") as handle, Image.open(handle, formats=formats):
-            warnings.simplefilter("ignore")  # Pillow's bomb warning: the library says that one, in its words
-            return True
-    except UnidentifiedImageError:
-        return False
-    except Exception:  # anything else (a bomb, a damaged header) the library tells in full, with its bound
-        return True
 
 
 def _cmd_attention(args: argparse.Namespace) -> int:

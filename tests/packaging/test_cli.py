@@ -74,9 +74,12 @@ def test_list_reads_the_registry_when_its_sources_are_not_the_pinned_ones(monkey
     import timm_vitscratch_cli as cli
     from timm_vitscratch.inspect import render
 
-    standalone = cli._read_zoo_counts()
+    standalone = cli._read_standalone("inspect/zoo_counts.py")
     monkeypatch.setattr(standalone, "pinned_rows", lambda: None)
-    monkeypatch.setattr(cli, "_read_zoo_counts", lambda: standalone)
+    read = cli._read_standalone
+    monkeypatch.setattr(
+        cli, "_read_standalone", lambda path: standalone if path == "inspect/zoo_counts.py" else read(path)
+    )
     monkeypatch.setattr(render, "zoo_table", lambda reference=True: f"the registry's rows, reference={reference}")
     assert main(["list", "--no-reference"]) == 0
     assert capsys.readouterr().out == "the registry's rows, reference=False\n"

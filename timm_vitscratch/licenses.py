@@ -117,6 +117,9 @@ STANDARD = (
     "agpl-3.0",
     "mpl-2.0",
     "unlicense",
+    # AIMv2's weights as timm's cfgs record them: the Hub's id of the Apple Sample Code License (no SPDX id
+    # exists; the export line names the Hub's)
+    "apple-ascl",
 )
 #: the line an export writes beside weights under a standard license, before the id
 SPDX = "SPDX-License-Identifier:"

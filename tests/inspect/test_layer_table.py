@@ -14,7 +14,8 @@ from timm_vitscratch.inspect.layer_table import layer_rows, render_layer_table
 from timm_vitscratch.models.build import build_on_meta
 from timm_vitscratch.models.variants import DINOV2_TIMM_NAMES, EVA02_VARIANTS, PE_VARIANTS
 
-ROW = re.compile(r"^\s+(\w+-\d+)\s+(\[.*\])\s+([\d,]+)$")
+# torchsummary right-aligns the layer in 20 columns: a longer name (SeparateQkvAttention-15) starts the line
+ROW = re.compile(r"^\s*(\w+-\d+)\s+(\[.*\])\s+([\d,]+)$")
 
 
 def torchsummary_rows(model, input_size):

@@ -93,7 +93,14 @@ def test_tally_sums_to_true_count_and_matches_formulas(name):
     if name not in TIMM_NAMES:  # the classic ViT's block; the other families' blocks are checked above
         assert report["analytic"]["block"] == 12 * h * h + 13 * h and report["analytic"]["block_formula"] == "12h²+13h"
         assert shape == dict(
-            mlp_hidden=4 * h, mlp_matrices=2, qkv_biases=3, layer_scale=False, mlp_norm=False, attn_norm=False
+            mlp_hidden=4 * h,
+            mlp_matrices=2,
+            qkv_biases=3,
+            layer_scale=False,
+            mlp_norm=False,
+            attn_norm=False,
+            norm_size=2,  # LayerNorm: a weight and a bias per channel
+            proj_bias=True,
         )
     assert report["analytic"]["model"] == report["counts"]["true"]
 

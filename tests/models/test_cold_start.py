@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from timm.layers import resample_abs_pos_embed
 
 from tests.support import TINY, tiny
-from timm_vitscratch import VisionTransformer
+from timm_vitscratch import VisionTransformer, weight_sources
 from timm_vitscratch.model_dir import model_config, write_config
 from timm_vitscratch.models import pretrained
 from timm_vitscratch.models.layers import sincos_2d_pos_embed
@@ -189,7 +189,7 @@ def test_local_dir_and_hf_hub_names_load_fast(source, tmp_path, monkeypatch):
 
     monkeypatch.setattr(timm_hub, "hf_hub_download", download)
     monkeypatch.setattr(pretrained, "_hub_weights_fetcher", [fetch])
-    monkeypatch.setattr(pretrained, "unreachable", lambda source: None)  # the Hub answers the first, short request
+    monkeypatch.setattr(weight_sources, "unreachable", lambda source: None)  # the Hub answers the first, short request
     hub = timm.create_model("hf-hub:someone/tiny", pretrained=True).eval()
     _no_meta(hub)
     assert hub.pretrained_cfg["hf_hub_id"] == "someone/tiny"

@@ -17,7 +17,7 @@ from tests.support.environments import PROJECT, env, run_python, site_packages
 
 pytestmark = pytest.mark.slow  # builds the wheel and a venv
 
-USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull"}
+USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull", "export-checkpoint"}
 TEST_MACHINERY = (
     "ThreadingHTTPServer",
     "BaseHTTPRequestHandler",
@@ -46,6 +46,7 @@ def test_wheel_has_the_user_packages_and_nothing_else(built_wheel):
         "timm_vitscratch/convert",
         "timm_vitscratch/hub",
         "timm_vitscratch/inspect",
+        "timm_vitscratch/train",
     }
 
 

@@ -17,8 +17,9 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.errors import LocalEntryNotFoundError
 
+from .. import weight_sources
 from ..errors import PretrainedWeightsUnavailable
-from ..weight_sources import OFFLINE, WeightsSource, cached_weights, not_reached, unreachable
+from ..weight_sources import OFFLINE, WeightsSource, cached_weights, not_reached
 
 
 class HubFileUnavailable(PretrainedWeightsUnavailable, LocalEntryNotFoundError):
@@ -39,7 +40,7 @@ def fetch_hub_file(download: Callable[..., str], model_id: str, filename: str, c
             return download(model_id, filename)
         except LocalEntryNotFoundError:
             raise HubFileUnavailable(_message(source, OFFLINE)) from None
-    error = unreachable(source)
+    error = weight_sources.unreachable(source)  # by the module: the one probe, as a test may stand it in
     if error is None:
         return download(model_id, filename)
     found = cached_weights(source)

@@ -47,6 +47,17 @@ class WeightsSource:
         return self.location.partition("@")[2] or None
 
 
+def hub_cache_folder(repo_id: str) -> Path:
+    """A Hub repo's folder in the Hugging Face cache, by the layout huggingface_hub documents:
+    ``<HF_HUB_CACHE>/models--ORG--NAME/snapshots/<commit>/<file>``."""
+    return Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
+
+
+def hub_file_source(model_id: str, filename: str) -> WeightsSource:
+    """One file of a Hub repo (``model_id``: ``ORG/NAME[@revision]``), asked for as itself alone."""
+    return WeightsSource("hf-hub", model_id, filename, hub_cache_folder(model_id.partition("@")[0]), (filename,))
+
+
 def weights_source(cfg: Mapping[str, Any], repo_files: Mapping[str, str] | None = None) -> WeightsSource | None:
     """The remote source of a resolved pretrained cfg, by timm's order (a file or state dict given in the cfg
     comes first, then the Hub, then the URL); None when nothing is fetched. ``repo_files``: the weight file a
@@ -67,9 +78,7 @@ def weights_source(cfg: Mapping[str, Any], repo_files: Mapping[str, str] | None 
             tried = (asked.removesuffix(".bin") + ".safetensors", asked)
         else:
             tried = (asked,)
-        # the cache layout huggingface_hub documents: <HF_HUB_CACHE>/models--ORG--NAME/snapshots/<commit>/<file>
-        folder = Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
-        return WeightsSource("hf-hub", hub_id, filename, folder, tried)
+        return WeightsSource("hf-hub", hub_id, filename, hub_cache_folder(repo), tried)
     url = cfg.get("url")
     if url:
         import torch.hub

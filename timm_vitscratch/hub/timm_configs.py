@@ -10,7 +10,6 @@ would hold it and how to put it there. When the Hub answers, timm's own download
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from huggingface_hub import constants as hf_constants
@@ -19,7 +18,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 
 from .. import weight_sources
 from ..errors import PretrainedWeightsUnavailable
-from ..weight_sources import OFFLINE, WeightsSource, cached_weights, not_reached
+from ..weight_sources import OFFLINE, WeightsSource, cached_weights, hub_file_source, not_reached
 
 
 class HubFileUnavailable(PretrainedWeightsUnavailable, LocalEntryNotFoundError):
@@ -32,9 +31,7 @@ def fetch_hub_file(download: Callable[..., str], model_id: str, filename: str, c
     answers; the cached copy at once when it does not; :class:`HubFileUnavailable` without one."""
     if cache_dir is not None:  # a cache of the caller's own: huggingface_hub's handling, as timm asked for it
         return download(model_id, filename, cache_dir=cache_dir)
-    repo_id = model_id.partition("@")[0]
-    folder = Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
-    source = WeightsSource("hf-hub", model_id, filename, folder, (filename,))
+    source = hub_file_source(model_id, filename)
     if hf_constants.HF_HUB_OFFLINE:
         try:
             return download(model_id, filename)
@@ -45,7 +42,7 @@ def fetch_hub_file(download: Callable[..., str], model_id: str, filename: str, c
         return download(model_id, filename)
     found = cached_weights(source)
     if found is not None:
-        path = try_to_load_from_cache(repo_id, filename, revision=found[1])
+        path = try_to_load_from_cache(source.repo_id, filename, revision=found[1])
         if isinstance(path, str):
             return path
     raise HubFileUnavailable(_message(source, not_reached(source, error)))

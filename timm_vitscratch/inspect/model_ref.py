@@ -25,7 +25,7 @@ from ..models.config_file import check_config_file
 from ..models.pretrained_cfgs import default_cfgs, unknown_model_message
 from ..models.variants import ARCHITECTURES
 from ..models.vision_transformer import VisionTransformer
-from ..weight_sources import WeightsSource, cached_weights, not_reached, unreachable
+from ..weight_sources import cached_weights, hub_file_source, not_reached, unreachable
 
 KINDS = (
     "a registered name (scratch_vit_b16), a pretrained tag (scratch_vit_b16.tv_in1k), a model directory "
@@ -74,8 +74,8 @@ def _cached_config_without_network(ref: str, repo_id: str, revision: str) -> tup
     its commit when it does not and the cache holds one; else one error, in seconds, saying what to do."""
     if hf_constants.HF_HUB_OFFLINE:
         return None
-    folder = Path(hf_constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
-    source = WeightsSource("hf-hub", ref[len("hf-hub:") :], CONFIG_NAME, folder, (CONFIG_NAME,))
+    source = hub_file_source(ref[len("hf-hub:") :], CONFIG_NAME)
+    folder = source.cache_path
     error = unreachable(source)
     if error is None:
         return None

@@ -2,17 +2,23 @@
 
     python -m tests.support.train_runs RUNS.json
 
-``RUNS.json`` holds a list of runs, each ``{"args": [...], "full_weights": PATH (optional)}``: one ``train()`` call
-each, in order, in the same process group. ``full_weights`` has rank 0 write the trained model's whole state dict
-there (gathered by ``get_model_state_dict``), for a test to compare with what was exported.
+``RUNS.json`` holds a list of runs, each ``{"args": [...], "full_weights": PATH, "builds": PATH}`` (both
+optional): one ``train()`` call each, in order, in the same process group. ``full_weights`` has rank 0 write the
+trained model's whole state dict there (gathered by ``get_model_state_dict``), for a test to compare with what was
+exported; ``builds`` (a folder) has every rank write ``RANK.json`` there: the device of each model
+``timm.create_model`` built during the run (``meta`` for a model without storage).
 Also: a tiny synthetic image folder (``write_image_folder``) for those runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +38,30 @@ def write_image_folder(root: Path, classes: int = 4, per_class: int = 8, size: i
     return root
 
 
+@contextlib.contextmanager
+def _recording_builds(path: str | None) -> Iterator[None]:
+    """Wrap ``timm.create_model`` to note where each model it builds holds its parameters."""
+    if not path:
+        yield
+        return
+    import timm
+
+    original, devices = timm.create_model, []
+
+    def create_model(*args: Any, **kwargs: Any) -> Any:
+        model = original(*args, **kwargs)
+        devices.append(str(next(model.parameters()).device.type))
+        return model
+
+    timm.create_model = create_model
+    try:
+        yield
+    finally:
+        timm.create_model = original
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / f"{os.environ.get('RANK', '0')}.json").write_text(json.dumps(devices), encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
     import safetensors.torch
     import torch
@@ -44,7 +74,8 @@ def main(argv: list[str]) -> int:
     runs = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     try:
         for run in runs:
-            trained = train(build_parser().parse_args(run["args"]))
+            with _recording_builds(run.get("builds")):
+                trained = train(build_parser().parse_args(run["args"]))
             if run.get("full_weights"):
                 options = StateDictOptions(full_state_dict=True, cpu_offload=True)
                 state = get_model_state_dict(trained.model, options=options)

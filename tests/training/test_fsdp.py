@@ -70,6 +70,7 @@ def runs(tmp_path_factory):
                 str(root / "vit_export"),
             ),
             "full_weights": str(root / "vit_fsdp_trained.safetensors"),
+            "builds": str(root / "vit_fsdp_builds"),
         },
         {"args": _arguments("dinov3", data, root / "dinov3_ddp", 2)},
         {"args": _arguments("dinov3", data, root / "dinov3_fsdp", 2, "--fsdp", "--checkpoint-every", "0")},
@@ -108,6 +109,13 @@ def test_one_process_ddp_and_fsdp_take_the_same_loss_line(runs, model):
     assert _relative(one, _losses(runs, f"{model}_ddp")) < 1e-5
     assert _relative(one, _losses(runs, f"{model}_fsdp")) < 1e-5
     assert one[-1] < one[0]  # it learns
+
+
+def test_fsdp_ranks_build_on_meta_and_only_rank0_builds_whole(runs):
+    # rank 0 draws the weights (the one-process run's draws) in host memory; every rank shards a meta model
+    builds = {rank: json.loads((runs / "vit_fsdp_builds" / f"{rank}.json").read_text()) for rank in (0, 1)}
+    assert builds[0][:2] == ["cpu", "meta"] and set(builds[0][2:]) == {"meta"}  # then the export's plan, on meta
+    assert builds[1] == ["meta"]
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_process_from_the_last_complete_one(runs):

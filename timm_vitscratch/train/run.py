@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import timm
 import torch
 from timm.data import Mixup, create_dataset, create_transform, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
@@ -27,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ..files import atomic_write
-from . import checkpoint, parallel
+from . import build, checkpoint, parallel
 from .export import export_checkpoint
 from .options import build_parser
 
@@ -52,11 +51,6 @@ def _model_img_size(model: nn.Module) -> int | None:
     if isinstance(img_size, tuple) and len(img_size) == 2 and img_size[0] == img_size[1]:
         return int(img_size[0])
     return None
-
-
-def _starting_license(model: nn.Module) -> Any:
-    cfg = getattr(model, "pretrained_cfg", None)
-    return cfg.get("license") if isinstance(cfg, dict) else None
 
 
 def _loader(args: argparse.Namespace, model: nn.Module, processes: parallel.Processes) -> DataLoader:
@@ -117,16 +111,11 @@ def train(args: argparse.Namespace) -> Trained:
     processes = parallel.start(args.device)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(args.seed)  # the same initial weights on every rank
     model_kwargs = _model_arguments(args)
-    model = timm.create_model(args.model, pretrained=args.pretrained, **model_kwargs)
-    if args.grad_checkpointing:
-        model.set_grad_checkpointing(True)  # type: ignore[operator]
-    if not args.fsdp_cpu_offload:
-        model.to(processes.device)
+    built = build.build(args, model_kwargs, processes)
+    model, wrapped = built.model, built.wrapped
     loader = _loader(args, model, processes)
     num_classes = int(model.num_classes)  # type: ignore[arg-type]
-    wrapped = parallel.wrap(model, processes, args.fsdp, args.amp_dtype, args.fsdp_cpu_offload)
     # timm's parameter groups (no decay on norms, biases and tokens; layer decay through group_matcher)
     optimizer = create_optimizer_v2(
         model,
@@ -152,7 +141,7 @@ def train(args: argparse.Namespace) -> Trained:
         "model": args.model,
         "model_kwargs": model_kwargs,
         "pretrained": bool(args.pretrained),
-        "license": _starting_license(model) if args.pretrained else None,
+        "license": built.pretrained_cfg.get("license") if args.pretrained else None,
         "seed": args.seed,
         "global_batch": args.batch_size * processes.world_size,
     }

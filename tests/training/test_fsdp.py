@@ -118,6 +118,28 @@ def test_fsdp_ranks_build_on_meta_and_only_rank0_builds_whole(runs):
     assert builds[1] == ["meta"]
 
 
+def _state(root: Path, run: str) -> list[int]:
+    summary = json.loads((root / run / "summary.json").read_text(encoding="utf-8"))
+    return [rank["parameters"] + rank["gradients"] + rank["optimizer"] for rank in summary["state_bytes"]]
+
+
+def test_each_of_two_fsdp_ranks_holds_half_the_training_state(runs):
+    # parameters, gradients and SGD's momentum: the whole on one process and under DDP, a half per FSDP rank
+    (whole,) = _state(runs, "vit_one")
+    assert _state(runs, "vit_ddp") == [whole, whole]
+    for share in _state(runs, "vit_fsdp"):
+        assert 0.5 <= share / whole < 0.52  # FSDP pads a dimension that does not split evenly (the class token's)
+
+
+def test_the_committed_per_rank_memory_is_about_one_over_n():
+    record = json.loads((REPO / "benchmarks" / "results" / "fsdp-memory-cpu.json").read_text(encoding="utf-8"))
+    totals = {run["ranks"]: max(r["parameters"] + r["gradients"] + r["optimizer"] for r in run["per_rank"])
+              for run in record["runs"]}  # fmt: skip
+    assert sorted(totals) == [1, 2, 4]
+    for ranks, total in totals.items():
+        assert total / totals[1] == pytest.approx(1 / ranks, rel=0.01)
+
+
 def test_a_two_rank_checkpoint_resumes_on_one_process_from_the_last_complete_one(runs):
     one = _losses(runs, "vit_one")
     resumed = json.loads((runs / "vit_resumed" / "summary.json").read_text(encoding="utf-8"))

@@ -4,7 +4,7 @@ Under ``--fsdp`` with several ranks every rank builds the model on ``meta``, sha
 storage to its own shards only (``to_empty``): no accelerator ever holds the whole model. The values come from
 rank 0, which builds the model as the one-process run does (the same seed, so the same random draws, or the
 pretrained weights) in host memory and broadcasts it one tensor at a time; each rank keeps its shard of each.
-Rank 0's host memory holds the full fp32 model once, at the start (about 27 GB for DINOv3-7B): the price of
+Rank 0's host memory holds the full fp32 model once, at the start (4 bytes per parameter): the price of
 random draws equal to the one-process run's, whatever the world size.
 """
 

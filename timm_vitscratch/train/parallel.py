@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -99,6 +100,15 @@ def mean_over_ranks(value: torch.Tensor) -> float:
         dist.all_reduce(value)
         value /= dist.get_world_size()
     return float(value.item())
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """``value`` of every rank, in rank order (one process: ``[value]``)."""
+    if not dist.is_initialized():
+        return [value]
+    found: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(found, value)
+    return found
 
 
 def barrier() -> None:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ..files import atomic_write
-from . import build, checkpoint, parallel
+from . import build, checkpoint, memory, parallel
 from .export import export_checkpoint
 from .options import build_parser
 
@@ -202,6 +202,8 @@ def train(args: argparse.Namespace) -> Trained:
             record = {**training, "scheduler": scheduler.state_dict()}
             checkpoint.save(output, wrapped, optimizer, progress, record, processes)
 
+    # each rank's parameters, gradients and optimizer state as they stand after the last step (local shards)
+    state_bytes = parallel.gather_objects(memory.local_state_bytes(wrapped, optimizer))
     exported = None
     if args.export and processes.main:
         exported = str(export_checkpoint(output / checkpoint.CHECKPOINTS / f"step-{progress.step}", args.export))
@@ -214,6 +216,7 @@ def train(args: argparse.Namespace) -> Trained:
         "losses": losses,
         "seconds": time.perf_counter() - started,
         "export": exported,
+        "state_bytes": state_bytes,
     }
     if processes.main:
         with atomic_write(output / SUMMARY, "w") as handle:

@@ -1,8 +1,9 @@
 """``timm_vitscratch.train`` as one process, DDP x2 and FSDP x2 (gloo on CPU): the same loss line; DCP checkpoints
 that resume on another world size, never from a partial one; a model directory exported from the shards.
 
-Two jobs carry every check: one ``torchrun --nproc_per_node 2`` job (DDP and FSDP runs, checkpoints, an export)
-and one plain process (the one-process runs and the resumes), both started once for the module.
+Three jobs carry every check, each started once for the module: one ``torchrun --nproc_per_node 2`` job (DDP and
+FSDP runs, checkpoints, an export), one plain process (the one-process runs and a resume from two ranks) and one
+``torchrun --nproc_per_node 4`` job (a resume of the one-process resume: 2 -> 1 -> 4 ranks).
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ def runs(tmp_path_factory):
         {"args": _arguments("vit", data, root / "vit_resumed", 1, "--resume", str(root / "killed"))},
     ]
     _job(one, root / "one.json", 1)
+    # the chain goes on: the one-process run's step-8 checkpoint (resumed from two ranks) resumes on four
+    step8 = str(root / "vit_resumed" / checkpoint.CHECKPOINTS / "step-8")
+    four = [{"args": _arguments("vit", data, root / "vit_four", 4, "--fsdp", "--resume", step8)}]
+    _job(four, root / "four.json", 4)
     return root
 
 
@@ -149,6 +154,17 @@ def test_a_two_rank_checkpoint_resumes_on_one_process_from_the_last_complete_one
     assert _relative(one[4:], resumed["losses"]) < 1e-5
     record = checkpoint.read_training(runs / "vit_fsdp" / checkpoint.CHECKPOINTS / "step-4")
     assert (record["world_size"], record["epoch"], record["step"]) == (2, 1, 4)
+
+
+def test_the_chain_goes_on_at_four_ranks_on_the_same_line(runs):
+    # two FSDP ranks -> one process (from step 4) -> four FSDP ranks (from the one process's step 8)
+    one = _losses(runs, "vit_one")
+    four = json.loads((runs / "vit_four" / "summary.json").read_text(encoding="utf-8"))
+    assert four["world_size"] == 4
+    assert len(four["losses"]) == len(one) - 8
+    assert _relative(one[8:], four["losses"]) < 1e-5
+    record = checkpoint.read_training(runs / "vit_resumed" / checkpoint.CHECKPOINTS / "step-8")
+    assert (record["world_size"], record["epoch"]) == (1, 2)
 
 
 def test_only_complete_checkpoints_count(runs):

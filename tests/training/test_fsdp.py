@@ -86,14 +86,18 @@ def runs(tmp_path_factory):
     (killed / "step-8" / checkpoint.COMPLETE).unlink()
     shutil.copytree(fsdp / "step-12", killed / ".step-12.partial")
     one = [
-        {"args": _arguments("vit", data, root / "vit_one", 1)},
+        {"args": _arguments("vit", data, root / "vit_one", 1, "--checkpoint-every-steps", "3")},
         {"args": _arguments("dinov3", data, root / "dinov3_one", 1, "--checkpoint-every", "0")},
         {"args": _arguments("vit", data, root / "vit_resumed", 1, "--resume", str(root / "killed"))},
     ]
     _job(one, root / "one.json", 1)
     # the chain goes on: the one-process run's step-8 checkpoint (resumed from two ranks) resumes on four
     step8 = str(root / "vit_resumed" / checkpoint.CHECKPOINTS / "step-8")
-    four = [{"args": _arguments("vit", data, root / "vit_four", 4, "--fsdp", "--resume", step8)}]
+    step6 = str(root / "vit_one" / checkpoint.CHECKPOINTS / "step-6")  # in the middle of the second epoch
+    four = [
+        {"args": _arguments("vit", data, root / "vit_four", 4, "--fsdp", "--resume", step8)},
+        {"args": _arguments("vit", data, root / "vit_four_mid", 4, "--fsdp", "--resume", step6)},
+    ]
     _job(four, root / "four.json", 4)
     return root
 
@@ -165,6 +169,17 @@ def test_the_chain_goes_on_at_four_ranks_on_the_same_line(runs):
     assert _relative(one[8:], four["losses"]) < 1e-5
     record = checkpoint.read_training(runs / "vit_resumed" / checkpoint.CHECKPOINTS / "step-8")
     assert (record["world_size"], record["epoch"]) == (1, 2)
+
+
+def test_a_checkpoint_in_the_middle_of_an_epoch_resumes_at_the_next_batch(runs):
+    one = _losses(runs, "vit_one")
+    record = checkpoint.read_training(runs / "vit_one" / checkpoint.CHECKPOINTS / "step-6")
+    assert (record["epoch"], record["epoch_step"], record["step"]) == (1, 2, 6)
+    mid = json.loads((runs / "vit_four_mid" / "summary.json").read_text(encoding="utf-8"))
+    assert len(mid["losses"]) == len(one) - 6
+    assert _relative(one[6:], mid["losses"]) < 1e-5
+    ended = checkpoint.read_training(runs / "vit_one" / checkpoint.CHECKPOINTS / "step-8")
+    assert (ended["epoch"], ended["epoch_step"]) == (2, 0)
 
 
 def test_only_complete_checkpoints_count(runs):

@@ -2,7 +2,7 @@
 
 A checkpoint is a directory ``OUTPUT/checkpoints/step-N/``: DCP's shards and ``.metadata`` (the model and optimizer
 state as ``torch.distributed.checkpoint.state_dict.get_state_dict`` gives them, keyed by parameter name whatever
-the wrapping, and each rank's RNG states), ``training.json`` (the epoch and step reached, the scheduler's state, the
+the wrapping, and each rank's RNG states), ``training.json`` (the epoch, batch and step reached, the scheduler's state, the
 model's name and arguments) and last the completion marker ``COMPLETE``. Every rank writes into
 ``.step-N.partial/``; rank 0 adds ``training.json`` and the marker and renames the directory. A run killed on the
 way leaves a ``.partial`` directory, which nothing resumes from: only ``step-N`` directories holding ``COMPLETE``
@@ -51,10 +51,11 @@ class CheckpointError(ModelDirectoryError):
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a run stands: ``epoch`` epochs done, ``step`` optimizer steps taken."""
+    """Where a run stands: ``epoch`` epochs done and ``epoch_step`` batches of the next, ``step`` optimizer steps."""
 
     epoch: int
     step: int
+    epoch_step: int = 0
 
 
 def rng_state() -> dict[str, torch.Tensor]:
@@ -158,11 +159,12 @@ def save(
     with one_process_quiet():
         dcp.save(state, checkpoint_id=str(partial), no_dist=not processes.distributed)
     if processes.main:
-        record = {**training, "epoch": progress.epoch, "step": progress.step, "world_size": processes.world_size}
+        record = {**training, "epoch": progress.epoch, "epoch_step": progress.epoch_step, "step": progress.step}
+        record["world_size"] = processes.world_size
         with atomic_write(partial / TRAINING, "w") as handle:
             json.dump(record, handle, indent=2)
         with atomic_write(partial / COMPLETE, "w") as handle:
-            handle.write(f"step {progress.step}, epoch {progress.epoch}\n")
+            handle.write(f"step {progress.step}, epoch {progress.epoch}, batch {progress.epoch_step}\n")
         if final.exists():
             shutil.rmtree(final)
         os.replace(partial, final)

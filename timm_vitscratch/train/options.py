@@ -82,6 +82,9 @@ def build_parser(prog: str = "python -m timm_vitscratch.train") -> argparse.Argu
     run.add_argument("--fsdp", action="store_true", help="shard every block, then the root, with FSDP2")
     run.add_argument("--fsdp-cpu-offload", action="store_true", help="keep FSDP's shards and optimizer on CPU")
     run.add_argument("--checkpoint-every", type=int, default=1, help="a DCP checkpoint every N epochs (0: none)")
+    run.add_argument(
+        "--checkpoint-every-steps", type=int, default=0, help="also a DCP checkpoint every N optimizer steps (0: none)"
+    )
     run.add_argument("--resume", default=None, help="a checkpoint directory, or a run directory (its latest)")
     run.add_argument("--export", default=None, help="write a model directory from the last checkpoint")
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads per process")

@@ -1,8 +1,7 @@
 """The training loop: timm's data set, transforms, optimizer, scheduler and losses, one step at a time.
 
-Each rank reads ``--batch-size`` images per step from a ``DistributedSampler`` (seeded by ``--seed`` and the
-epoch), so the global batch of a step is the same images whatever the number of processes; the logged loss is
-the mean over ranks, the loss of that global batch.
+Each rank reads ``--batch-size`` images per step (:mod:`.data`), so the global batch of a step is the same images
+whatever the number of processes; the logged loss is the mean over ranks, the loss of that global batch.
 """
 
 from __future__ import annotations
@@ -18,15 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.data import Mixup, create_dataset, create_transform, resolve_data_config
+from timm.data import Mixup
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
 
 from ..files import atomic_write
-from . import build, checkpoint, memory, parallel
+from . import build, checkpoint, data, memory, parallel
 from .export import export_checkpoint
 from .options import build_parser
 
@@ -43,41 +41,6 @@ def _model_arguments(args: argparse.Namespace) -> dict[str, Any]:
     if args.drop_path is not None:
         kwargs["drop_path_rate"] = args.drop_path
     return kwargs
-
-
-def _model_img_size(model: nn.Module) -> int | None:
-    """The square size the model was built for (``--model-kwargs img_size=N``), when it says."""
-    img_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
-    if isinstance(img_size, tuple) and len(img_size) == 2 and img_size[0] == img_size[1]:
-        return int(img_size[0])
-    return None
-
-
-def _loader(args: argparse.Namespace, model: nn.Module, processes: parallel.Processes) -> DataLoader:
-    size = args.img_size or _model_img_size(model)
-    config = resolve_data_config({"input_size": (3, size, size)} if size else {}, model=model)
-    dataset = create_dataset("", root=args.data_dir, split=args.train_split, is_training=True)
-    dataset.transform = create_transform(
-        config["input_size"],
-        is_training=True,
-        no_aug=args.no_aug,
-        interpolation=config["interpolation"],
-        mean=config["mean"],
-        std=config["std"],
-        crop_pct=config["crop_pct"],
-    )
-    sampler: DistributedSampler[Any] = DistributedSampler(
-        dataset, num_replicas=processes.world_size, rank=processes.rank, shuffle=True, seed=args.seed, drop_last=True
-    )
-    return DataLoader(
-        dataset,
-        batch_size=args.batch_size,
-        sampler=sampler,
-        num_workers=args.workers,
-        drop_last=True,
-        persistent_workers=args.workers > 0,
-        pin_memory=processes.device.type == "cuda",
-    )
 
 
 def _losses(args: argparse.Namespace, num_classes: int) -> tuple[nn.Module, Mixup | None]:
@@ -114,7 +77,7 @@ def train(args: argparse.Namespace) -> Trained:
     model_kwargs = _model_arguments(args)
     built = build.build(args, model_kwargs, processes)
     model, wrapped = built.model, built.wrapped
-    loader = _loader(args, model, processes)
+    loader = data.loader(args, model, processes)
     num_classes = int(model.num_classes)  # type: ignore[arg-type]
     # timm's parameter groups (no decay on norms, biases and tokens; layer decay through group_matcher)
     optimizer = create_optimizer_v2(
@@ -150,23 +113,29 @@ def train(args: argparse.Namespace) -> Trained:
     if args.resume:
         source = checkpoint.latest(args.resume)
         record = checkpoint.load(source, wrapped, optimizer, processes)
-        progress = checkpoint.Progress(epoch=int(record["epoch"]), step=int(record["step"]))
+        progress = checkpoint.Progress(
+            epoch=int(record["epoch"]), step=int(record["step"]), epoch_step=int(record.get("epoch_step", 0))
+        )
+        loader.sampler.start_at(progress.epoch_step, args.batch_size)  # type: ignore[attr-defined]
         scheduler.load_state_dict(record["scheduler"])
         if record.get("global_batch") != training["global_batch"] and processes.main:
             print(f"note: global batch {training['global_batch']}, the checkpoint's was {record.get('global_batch')}")
         if processes.main:
-            print(f"resumed from {source} at epoch {progress.epoch}, step {progress.step}")
+            print(
+                f"resumed from {source} at epoch {progress.epoch} (batch {progress.epoch_step}), step {progress.step}"
+            )
     scheduler.step(progress.epoch)
     scheduler.step_update(progress.step)
 
     losses: list[float] = []
     log = output / LOG
     started = time.perf_counter()
+    first = progress.epoch
     for epoch in range(progress.epoch, num_epochs):
         loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
         wrapped.train()
         step = progress.step
-        for images, targets in loader:
+        for batch, (images, targets) in enumerate(loader, start=progress.epoch_step + 1 if epoch == first else 1):
             images, targets = images.to(processes.device), targets.to(processes.device)
             if mixup is not None:
                 images, targets = mixup(images, targets)
@@ -193,12 +162,22 @@ def train(args: argparse.Namespace) -> Trained:
                 with open(log, "a", encoding="utf-8") as handle:
                     lr = optimizer.param_groups[0]["lr"]
                     handle.write(json.dumps({"epoch": epoch, "step": step, "loss": value, "lr": lr}) + "\n")
+            if args.checkpoint_every_steps and step % args.checkpoint_every_steps == 0 and batch < len(loader):
+                # in the middle of the epoch: the sampler starts the resumed epoch after this batch
+                record = {**training, "scheduler": scheduler.state_dict()}
+                mid = checkpoint.Progress(epoch=epoch, step=step, epoch_step=batch)
+                checkpoint.save(output, wrapped, optimizer, mid, record, processes)
         scheduler.step(epoch + 1)
         progress = checkpoint.Progress(epoch=epoch + 1, step=step)
         if processes.main:
             print(f"epoch {epoch + 1}/{num_epochs} step {step} loss {losses[-1]:.6f}", flush=True)
         last = epoch + 1 == num_epochs
-        if (args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0) or (last and args.export):
+        every_steps = bool(args.checkpoint_every_steps) and step % args.checkpoint_every_steps == 0
+        if (
+            (args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0)
+            or (last and args.export)
+            or every_steps
+        ):
             record = {**training, "scheduler": scheduler.state_dict()}
             checkpoint.save(output, wrapped, optimizer, progress, record, processes)
 

@@ -356,6 +356,12 @@ def _cmd_export_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from timm_vitscratch.train.run import run
+
+    return run(args)
+
+
 # --- the parser: standard library only -----------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """argparse's parser; a command with a ``required_hint`` adds it to argparse's "arguments are required"
@@ -589,6 +595,15 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     )
     p_export_checkpoint.add_argument("out", help="the model directory to write (model.safetensors + config.json)")
     p_export_checkpoint.set_defaults(func=_cmd_export_checkpoint)
+
+    training = _read_standalone("train/options.py")  # the options of python -m timm_vitscratch.train
+    p_train = commands.add_parser(
+        "train",
+        help="fine-tune in this process (torchrun -m timm_vitscratch.train for several)",
+        description=training.DESCRIPTION,
+    )
+    training.add_arguments(p_train)
+    p_train.set_defaults(func=_cmd_train)
     return parser, dict(commands.choices)
 
 

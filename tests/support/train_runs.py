@@ -2,8 +2,8 @@
 
     python -m tests.support.train_runs RUNS.json
 
-``RUNS.json`` holds a list of runs, each ``{"args": [...], "full_weights": PATH, "builds": PATH}`` (both
-optional): one ``train()`` call each, in order, in the same process group. ``full_weights`` has rank 0 write the
+``RUNS.json`` holds a list of runs, each ``{"args": [...], "full_weights": PATH, "builds": PATH, "cli": true}``
+(all but ``args`` optional): one ``train()`` call each (``cli``: ``vitscratch train ARGS`` instead), in order, in the same process group. ``full_weights`` has rank 0 write the
 trained model's whole state dict there (gathered by ``get_model_state_dict``), for a test to compare with what was
 exported; ``builds`` (a folder) has every rank write ``RANK.json`` there: the device of each model
 ``timm.create_model`` built during the run (``meta`` for a model without storage).
@@ -74,6 +74,11 @@ def main(argv: list[str]) -> int:
     runs = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     try:
         for run in runs:
+            if run.get("cli"):  # through the console script's ``vitscratch train``
+                import timm_vitscratch_cli
+
+                assert timm_vitscratch_cli.main(["train", *run["args"]]) == 0
+                continue
             with _recording_builds(run.get("builds")):
                 trained = train(build_parser().parse_args(run["args"]))
             if run.get("full_weights"):

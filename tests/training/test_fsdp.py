@@ -2,7 +2,7 @@
 that resume on another world size, never from a partial one; a model directory exported from the shards.
 
 Three jobs carry every check, each started once for the module: one ``torchrun --nproc_per_node 2`` job (DDP and
-FSDP runs, checkpoints, an export), one plain process (the one-process runs and a resume from two ranks) and one
+FSDP runs, checkpoints, an export), one plain process (the one-process runs, one through ``vitscratch train``, and a resume) and one
 ``torchrun --nproc_per_node 4`` job (a resume of the one-process resume: 2 -> 1 -> 4 ranks).
 """
 
@@ -87,7 +87,7 @@ def runs(tmp_path_factory):
     shutil.copytree(fsdp / "step-12", killed / ".step-12.partial")
     one = [
         {"args": _arguments("vit", data, root / "vit_one", 1, "--checkpoint-every-steps", "3")},
-        {"args": _arguments("dinov3", data, root / "dinov3_one", 1, "--checkpoint-every", "0")},
+        {"args": _arguments("dinov3", data, root / "dinov3_one", 1, "--checkpoint-every", "0"), "cli": True},
         {"args": _arguments("vit", data, root / "vit_resumed", 1, "--resume", str(root / "killed"))},
     ]
     _job(one, root / "one.json", 1)

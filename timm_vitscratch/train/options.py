@@ -35,12 +35,20 @@ class KeyValues(argparse.Action):
         setattr(namespace, self.dest, found)
 
 
+DESCRIPTION = (
+    "Fine-tune a model with timm's data, optimizer, scheduler and losses: one process, DDP under torchrun, or FSDP2 "
+    "with --fsdp; DCP checkpoints that resume at another world size."
+)
+
+
 def build_parser(prog: str = "python -m timm_vitscratch.train") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Fine-tune a model with timm's data, optimizer, scheduler and losses: one process, DDP under "
-        "torchrun, or FSDP2 with --fsdp; DCP checkpoints that resume at another world size.",
-    )
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The training options, on ``parser`` (this module's own, or the console script's ``train`` command)."""
     model = parser.add_argument_group("model")
     model.add_argument("--model", required=True, help="a registered name, local-dir:DIR or hf-hub:ORG/NAME")
     model.add_argument("--model-kwargs", nargs="*", default={}, action=KeyValues, help="create_model arguments")
@@ -88,4 +96,3 @@ def build_parser(prog: str = "python -m timm_vitscratch.train") -> argparse.Argu
     run.add_argument("--resume", default=None, help="a checkpoint directory, or a run directory (its latest)")
     run.add_argument("--export", default=None, help="write a model directory from the last checkpoint")
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads per process")
-    return parser

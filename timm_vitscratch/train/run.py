@@ -204,7 +204,11 @@ def train(args: argparse.Namespace) -> Trained:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train as ``args`` say; 0, or 2 with the error on stderr (the console script's ``vitscratch train`` too)."""
     try:
         train(args)
     except (ValueError, FileNotFoundError) as err:

@@ -23,6 +23,7 @@ caller's error type with a message that says what was wrong and what was expecte
   what it claims about its tensors (count, shape, strides, logical bytes);
 - :mod:`.safetensors_data`: safetensors files, the header bounded in bytes and tensors before parsing;
 - :mod:`.zip_archive`: zip archives, their directory and expansion bounded before ``zipfile`` reads them;
+- :mod:`.dcp_metadata`: a Distributed Checkpoint's ``.metadata`` pickle, bounded, DCP's own record types only;
 - :mod:`.torch_pickle`: a ``torch.save`` pickle read as tensor records, nothing run;
 - :mod:`.torch_save`: ``torch.save`` files, loaded by ``torch.load`` only once their records are in bounds
   (a single-stream file is read one tensor at a time from the storages' offsets, never whole);

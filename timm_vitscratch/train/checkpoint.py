@@ -8,7 +8,9 @@ model's name and arguments) and last the completion marker ``COMPLETE``. Every r
 way leaves a ``.partial`` directory, which nothing resumes from: only ``step-N`` directories holding ``COMPLETE``
 count. DCP reshards on load, so a checkpoint of two FSDP ranks resumes on one process, under DDP or on four.
 
-A checkpoint is the run's own output and trusted as such: DCP's metadata is a pickle, read by PyTorch.
+DCP's ``.metadata`` is a pickle: :class:`GatedReader` reads it through the gate
+(:mod:`timm_vitscratch.gate.dcp_metadata`: bounded, DCP's record types only) wherever this package reads a
+checkpoint; DCP reads the shards themselves with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..errors import ModelDirectoryError
 from ..files import atomic_write
+from ..gate.dcp_metadata import read_dcp_metadata
 from ..gate.json_data import read_json_object
 from .parallel import Processes, barrier
 
@@ -94,6 +98,19 @@ def one_process_quiet() -> Iterator[None]:
         yield
 
 
+class GatedReader(FileSystemReader):
+    """DCP's file-system reader, its ``.metadata`` read through the gate instead of a plain ``pickle.load``."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        rank = kwargs.get("rank")
+        name = ".metadata" if rank is None else f"__{rank}.metadata"
+        metadata = read_dcp_metadata(Path(self.path) / name, CheckpointError)
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id  # type: ignore[union-attr]
+        return metadata
+
+
 def _rng_key(rank: int) -> str:
     return f"rng_rank{rank}"
 
@@ -130,7 +147,7 @@ def read_training(directory: Path) -> dict[str, Any]:
 
 def model_keys(directory: Path) -> dict[str, Any]:
     """The model's tensors in a checkpoint: parameter name -> DCP's storage metadata (size, dtype)."""
-    metadata = FileSystemReader(str(directory)).read_metadata()
+    metadata = GatedReader(str(directory)).read_metadata()
     return {
         key[len(MODEL_PREFIX) :]: entry
         for key, entry in metadata.state_dict_metadata.items()
@@ -180,12 +197,12 @@ def load(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, pr
     training = read_training(directory)
     model_state, optim_state = get_state_dict(model, optimizer)
     state: dict[str, Any] = {"model": model_state, "optim": optim_state}
-    saved = FileSystemReader(str(directory)).read_metadata().state_dict_metadata
+    saved = GatedReader(str(directory)).read_metadata().state_dict_metadata
     key = _rng_key(processes.rank)
     if any(name.startswith(key + ".") for name in saved):
         state[key] = rng_state()
     with one_process_quiet():
-        dcp.load(state, checkpoint_id=str(directory), no_dist=not processes.distributed)
+        dcp.load(state, storage_reader=GatedReader(str(directory)), no_dist=not processes.distributed)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     if key in state:
         set_rng_state(state[key])

@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint import DefaultLoadPlanner
 
 from ..licenses import UNKNOWN
 from ..model_dir import write_model_directory
 from ..models.build import build_on_meta
 from ..tensor_writer import TensorSpec
-from .checkpoint import CheckpointError, latest, model_keys, one_process_quiet, read_training
+from .checkpoint import CheckpointError, GatedReader, latest, model_keys, one_process_quiet, read_training
 
 
 def _read_one(directory: Path, spec: TensorSpec) -> torch.Tensor:
@@ -28,7 +28,7 @@ def _read_one(directory: Path, spec: TensorSpec) -> torch.Tensor:
     with one_process_quiet():
         dcp.load(
             {"model": {spec.name: tensor}},
-            storage_reader=FileSystemReader(str(directory)),
+            storage_reader=GatedReader(str(directory)),
             planner=DefaultLoadPlanner(allow_partial_load=True),
             no_dist=True,
         )

@@ -113,20 +113,20 @@ def _measured_c(name: str, args: dict[str, Any]) -> float:
     return per_image_block / _tokens(model) / PROBE_WIDTH
 
 
-def zoo_sizes(counts: dict[str, Any]) -> list[Size]:
-    """One :class:`Size` per (width, depth) among the pinned rows of ``zoo_counts.json``, first name first."""
-    firsts: dict[tuple[int, int], str] = {}
-    for name, row in counts["rows"].items():
-        key = (int(row["args"]["embed_dim"]), int(row["args"]["depth"]))
-        firsts.setdefault(key, name)
+def zoo_sizes(rows: Iterable[Any]) -> list[Size]:
+    """One :class:`Size` per (width, depth) among the zoo's rows (``vitscratch list``'s), the first name of each."""
+    firsts: dict[tuple[int, int], Any] = {}
+    for row in rows:
+        firsts.setdefault((int(row.args["embed_dim"]), int(row.args["depth"])), row)
     sizes = []
-    for (width, depth), name in firsts.items():
+    for (width, depth), row in firsts.items():
+        name = row.name
         model = build_on_meta(name)
         blocks = _blocks(model)
         per_block = max(sum(p.numel() for p in block.parameters()) for block in blocks)
         total = sum(p.numel() for p in model.parameters())
         in_blocks = sum(p.numel() for block in blocks for p in block.parameters())
-        c = _measured_c(name, counts["rows"][name]["args"])
+        c = _measured_c(name, dict(row.args))
         sizes.append(Size(name, total, per_block, total - in_blocks, width, depth, _tokens(model), c))
     return sorted(sizes, key=lambda size: size.params)
 
@@ -174,9 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-b", "--batch", type=int, default=8, help="images per GPU")
     parser.add_argument("--json", action="store_true", help="the sizes as JSON instead of the table")
     args = parser.parse_args(argv)
-    from ..inspect.zoo_counts import DATA
+    from ..inspect.zoo_counts import registry_rows
 
-    sizes = zoo_sizes(json.loads(DATA.read_text(encoding="utf-8")))
+    sizes = zoo_sizes(registry_rows(reference=False))
     if args.json:
         print(json.dumps([asdict(size) for size in sizes], indent=1))
     else:

@@ -54,8 +54,7 @@ def test_row_loads_timms_state_dict_strict_and_gives_its_outputs_at_two_sizes(na
     reference, ours = pair(name, **SMALL)
     timm_modules = [n for n, _ in reference.named_modules()]
     our_modules = [n for n, _ in ours.named_modules()]
-    # timm's classic ViT has no pre_logits module any more; ours keeps its Identity (the classic rows' rule)
-    assert [n for n in our_modules if n != "pre_logits"] == timm_modules
+    assert our_modules == timm_modules
     default = tuple(reference.patch_embed.img_size)
     x = torch.randn(2, 3, *default, generator=torch.Generator().manual_seed(0))
     diffs = {"default": output_diffs(reference, ours, x)}

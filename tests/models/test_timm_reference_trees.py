@@ -39,13 +39,11 @@ REFERENCES: dict[str, str] = {
     },
     **TIMM_NAMES,
 }
-#: timm's classes of the classic ViT, where ours keeps the classic ViT's ``pre_logits``
+#: timm's classes of the classic ViT, beside which ours may hold the in21k representation layer (``pre_logits``)
 CLASSIC_TIMM_CLASSES = ("VisionTransformer", "VisionTransformerDistilled")
 
 #: modules ours holds that timm's does not: (name, our class) -> why
 EXTRA_MODULES: dict[tuple[str, str], str] = {
-    ("pre_logits", "Identity"): "ours keeps the classic ViT's pre_logits hook point (an Identity without a "
-    "representation layer), which timm's current VisionTransformer dropped",
     ("pre_logits", "Sequential"): "the in21k 'has_logits' rows' representation layer (Linear + Tanh): timm's "
     "current VisionTransformer has none",
     ("pre_logits.fc", "Linear"): "the in21k representation layer's Linear",

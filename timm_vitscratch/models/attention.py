@@ -120,7 +120,8 @@ class Attention(nn.Module):
         return "sdpa" if self.fused_attn else "eager"
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, N, dim) -> (B, N, 3 * dim): the fused q, k, v projection."""
+        """(B, N, dim) -> (B, N, 3 * dim): the fused q, k, v projection with separate biases (``q_bias`` set:
+        :class:`EvaAttention`); the plain layout calls ``qkv`` in :meth:`_split_heads` itself."""
         return self.qkv(x)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -129,18 +130,10 @@ class Attention(nn.Module):
         return x.view(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
 
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """qkv projection -> q, k, v of shape (B, heads, N, head_dim)."""
+        """qkv projection -> q, k, v of shape (B, heads, N, head_dim), timm's layout (``forward`` inlines it)."""
         batch, tokens, _ = x.shape
-        qkv = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
-        if torch.is_grad_enabled() or torch.jit.is_tracing():
-            # (one path while tracing: torch.jit.trace checks its graph by running again, maybe without autograd)
-            # split on the q/k/v axis and only then move heads forward: backward stacks the three
-            # gradients straight into the projection's layout, with no copy
-            q, k, v = qkv.unbind(2)
-            return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
-        # without autograd the same views in one operation: fewer dispatches where the CPU bounds
-        # a small batch on a GPU
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        qkv = self.qkv(x) if self.q_bias is None else self._project(x)
+        q, k, v = qkv.view(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         return self.q_norm(q), self.k_norm(k), v
 
     def _split_heads_for_queries(
@@ -153,7 +146,8 @@ class Attention(nn.Module):
         query normalisation runs for the kept queries alone.
         """
         batch, tokens, _ = x.shape
-        q, k, v = self._project(x).view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
+        qkv = self.qkv(x) if self.q_bias is None else self._project(x)
+        q, k, v = qkv.view(batch, tokens, 3, self.num_heads, self.head_dim).unbind(2)
         q = q[:, :num_queries]
         return self.q_norm(q.transpose(1, 2)), self.k_norm(k.transpose(1, 2)), v.transpose(1, 2)
 
@@ -195,14 +189,20 @@ class Attention(nn.Module):
 
         With ``segments`` (a packed sequence, never under TorchScript) each image attends to itself."""
         batch, _, queries, _ = q.shape
-        if not torch.jit.is_scripting() and segments is not None:
-            x = attend(q, k, v, segments, self._attention)
+        if segments is not None and not torch.jit.is_scripting():  # TorchScript leaves the packed path out
+            x = self._attend_packed(q, k, v, segments)
         else:
             x = self._attention(q, k, v, attn_mask)
         # SDPA's CPU and CUDA kernels already lay their output out as (B, Nq, heads, head_dim),
         # so this reshape is a view, not a copy
         x = x.transpose(1, 2).reshape(batch, queries, self.num_heads * self.head_dim)
         return self.proj_drop(self.proj(self.norm(x)))
+
+    def _attend_packed(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: PackedSegments
+    ) -> torch.Tensor:
+        """A packed sequence's attention, each image over its own run."""
+        return attend(q, k, v, segments, self._attention)
 
     def forward(
         self,
@@ -212,11 +212,28 @@ class Attention(nn.Module):
         rope: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """timm's call, ``attn_mask`` in SDPA's convention; ``segments``: the runs of a packed sequence;
-        ``rope``: rotary terms (2, ..., N, head_dim) of every token (models/rotary.py)."""
-        q, k, v = self._split_heads(x)
+        ``rope``: rotary terms (2, ..., N, head_dim) of every token (models/rotary.py).
+
+        The common path runs in this one frame, as timm's does (each helper called here would be another Python
+        call per block, which a small batch on a GPU waits for): the split of :meth:`_split_heads`, SDPA of
+        :meth:`_attention` and the merge of :meth:`_attend`, inline. The eager path and packed sequences call
+        those; :class:`SeparateQkvAttention` has a forward of its own.
+        """
+        batch, tokens, _ = x.shape
+        qkv = self.qkv(x) if self.q_bias is None else self._project(x)  # as timm's Eva: its biases, when it has them
+        q, k, v = qkv.view(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = self._rotate(q, rope), self._rotate(k, rope)
-        return self._attend(q, k, v, attn_mask, segments)
+        if segments is not None and not torch.jit.is_scripting():  # TorchScript leaves the packed path out
+            x = self._attend_packed(q, k, v, segments)
+        elif self.fused_attn:
+            dropout_p = self.attn_drop.p if self.training else 0.0
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=self.scale)
+        else:
+            x = self._attention(q, k, v, attn_mask)
+        x = x.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim)
+        return self.proj_drop(self.proj(self.norm(x)))
 
     def forward_queries(self, x: torch.Tensor, num_queries: int, rope: torch.Tensor | None = None) -> torch.Tensor:
         """Attention outputs of the first ``num_queries`` tokens only (they attend to every token)."""
@@ -264,6 +281,19 @@ class SeparateQkvAttention(Attention):
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
         return self.q_norm(q), self.k_norm(k), v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        segments: PackedSegments | None = None,
+        rope: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """As :meth:`Attention.forward`, with the three projections."""
+        q, k, v = self._split_heads(x)
+        if rope is not None:
+            q, k = self._rotate(q, rope), self._rotate(k, rope)
+        return self._attend(q, k, v, attn_mask, segments)
 
     def _split_heads_for_queries(
         self, x: torch.Tensor, num_queries: int

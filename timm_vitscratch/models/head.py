@@ -54,12 +54,11 @@ class Head(nn.Module):
         norm: NormLayer,
         act_layer: Callable[[], nn.Module],
         attn_impl: str,
-        bare: bool,
         dd: FactoryKwargs,
     ) -> None:
         """The head's modules, in timm's order (so the same seed draws timm's weights): ``attn_pool`` ('map'),
-        ``fc_norm``, ``pre_logits``, ``head_drop``, ``head`` and ``head_dist``. ``bare``: timm's ``Eva`` and
-        ``NaFlexVit`` hold no ``pre_logits`` module when it would do nothing."""
+        ``fc_norm``, ``pre_logits`` (the representation layer; None without one: timm's current models hold no
+        module there), ``head_drop``, ``head`` and ``head_dist``."""
         self.attn_pool = (
             AttentionPool(
                 embed_dim,
@@ -79,7 +78,7 @@ class Head(nn.Module):
                 OrderedDict(fc=nn.Linear(embed_dim, representation_size, **dd), act=nn.Tanh())
             )
         else:
-            self.pre_logits = None if bare else nn.Identity()
+            self.pre_logits = None
         self.head_drop = nn.Dropout(drop_rate)
         self.head = self._make_head(self.num_classes, **dd)
         self.head_dist = self._make_head(self.num_classes, **dd) if self.distilled else None

@@ -30,7 +30,7 @@ def check_image_shape(
     call instead of tracing shape checks.
     """
     expected = f"(batch, {in_chans}, {img_size[0]}, {img_size[1]})" if strict else f"(batch, {in_chans}, height, width)"
-    if x.dim() != 4 or x.shape[1] != in_chans or (strict and (x.shape[2] != img_size[0] or x.shape[3] != img_size[1])):
+    if x.ndim != 4 or x.shape[1] != in_chans or (strict and (x.shape[2] != img_size[0] or x.shape[3] != img_size[1])):
         shape = ", ".join([str(size) for size in x.shape])
         raise ValueError(
             f"expected input of shape {expected} (batch, channels, height, width), got ({shape})"

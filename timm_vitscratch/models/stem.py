@@ -99,6 +99,7 @@ class Stem(nn.Module):
                 **dd,
             )
             self.dist_token: torch.Tensor | None = None
+            self.class_token_only = False  # the embedding builds its own prefix
             self.sincos_pos_embed = False
         else:
             # the patch grid stays NHWC with dynamic_img_size (positions are resampled to it), as in timm
@@ -117,6 +118,8 @@ class Stem(nn.Module):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
             self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if distilled else None
             self.reg_token = nn.Parameter(torch.zeros(1, reg_tokens, embed_dim, **dd)) if reg_tokens else None
+            # the class token (or none) is the whole prefix: the forward reads it without building the prefix
+            self.class_token_only = not distilled and not reg_tokens
             self._build_position_table(pos_embed, embed_dim, dd)
             if naflex_init and not self.has_meta_tensors():  # timm's NaFlexEmbeds draws these when built
                 self._init_naflex_tokens()

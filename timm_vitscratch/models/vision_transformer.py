@@ -214,11 +214,10 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
                 tokens, the patch projection as the Linear on flattened patches it is there, its ``norm``, the (1, H, W,
                 D) position table of the patch tokens only (no position for the prefix tokens) and ``pos_drop``, where
                 the classic ViT has ``patch_embed``, ``pos_embed``, ``cls_token``, ``reg_token`` and ``pos_drop`` (the
-                model answers those names with the embedding's); no ``patch_drop`` / ``pre_logits`` modules when they
-                would do nothing. timm's NaFlexVit state dicts load strict, and ours load strict into it.
+                model answers those names with the embedding's); no ``patch_drop`` module when it would do nothing. timm's NaFlexVit state dicts load strict, and ours load strict into it.
             eva_names: Built as timm's ``Eva`` (DINOv3, PE, EVA02): its names for the same layers (LayerScale as
                 the blocks' ``gamma_1`` / ``gamma_2``, the qkv bias as ``q_bias`` / ``v_bias``, no key bias; no
-                ``patch_drop`` / ``pre_logits`` modules when they would do nothing), and with ``weight_init=''``
+                ``patch_drop`` module when it would do nothing), and with ``weight_init=''``
                 its init (tokens N(0, .02), the residual projections scaled down by depth, a head scaled by 1e-3).
             swiglu_mlp: The blocks' MLP is a SwiGLU instead of GELU: timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``,
                 ``fc2``) when aligned or with ``scale_mlp``, else its packed form (``fc1`` of twice the width).
@@ -379,7 +378,6 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
             norm=norm,
             act_layer=mlp_act,
             attn_impl=self.attn_impl,
-            bare=eva_names or naflex_embeds,
             dd=dd,
         )
         # as timm: every layer was initialised by its own constructor; the scheme's pass redoes what it
@@ -391,7 +389,13 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
 
     def __getattr__(self, name: str) -> Any:
         """``nn.Module``'s lookup; with ``naflex_embeds`` the classic names in ``EMBEDS_NAMES`` answer the
-        embedding's (``patch_embed``: the module itself), which the module tree holds under ``embeds`` only."""
+        embedding's (``patch_embed``: the module itself), which the module tree holds under ``embeds`` only.
+
+        A submodule (what a forward reads most) is answered here, in one Python call as ``nn.Module``'s own
+        lookup would be, not two. Parameters go through ``nn.Module``'s lookup, which FX's tracer intercepts."""
+        modules = self.__dict__["_modules"]
+        if name in modules:
+            return modules[name]
         try:
             return super().__getattr__(name)
         except AttributeError:
@@ -517,15 +521,13 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
     # --- forward ------------------------------------------------------------------------------
     def _prefix_tokens(self) -> torch.Tensor | None:
         """(1, k, D) class, distillation and register tokens, in timm's order; None without any."""
+        cls_token, dist_token, reg_token = self.cls_token, self.dist_token, self.reg_token
+        if dist_token is None and reg_token is None:  # the common case, without building a list
+            return cls_token
         tokens: list[torch.Tensor] = []
-        if self.cls_token is not None:
-            tokens.append(self.cls_token)
-        if self.dist_token is not None:
-            tokens.append(self.dist_token)
-        if self.reg_token is not None:
-            tokens.append(self.reg_token)
-        if len(tokens) == 0:
-            return None
+        for token in (cls_token, dist_token, reg_token):
+            if token is not None:
+                tokens.append(token)
         return tokens[0] if len(tokens) == 1 else torch.cat(tokens, dim=1)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
@@ -540,7 +542,7 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
             x = x.reshape(batch, height * width, dim)
             if pos_embed is not None:  # no table, nothing to resample (DINOv3: positions are rotary)
                 pos_embed = self.pos_encoding.for_grid(pos_embed, height, width, self.patch_embed.grid_size, x)
-        prefix = self._prefix_tokens()
+        prefix = self.cls_token if self.class_token_only else self._prefix_tokens()
         if prefix is not None:
             prefix = prefix.expand(x.shape[0], -1, -1)
         if self.no_embed_class:  # DeiT-III / DINOv2: positions for the patches only
@@ -562,31 +564,34 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
             assert grid is not None  # an image has a grid
             height, width = grid
         else:
-            x = self.patch_embed(x)
+            patch_embed = self.patch_embed
+            x = patch_embed(x)
             if self.dynamic_img_size:
                 height, width = x.shape[1], x.shape[2]
             else:
-                height, width = self.patch_embed.grid_size
+                height, width = patch_embed.grid_size
             x = self._pos_embed(x)
         rope: torch.Tensor | None = None
         if self.rope is not None:
             rope = self.rope.for_grid(height, width, x.device, self.num_prefix_tokens)
-        if self.patch_drop is not None:
-            if torch.jit.is_scripting():  # TorchScript compiles no isinstance of a module class
-                if rope is not None and self.training:
-                    raise RuntimeError("patch dropout with rotary position trains only unscripted, in eager mode")
-                x = self.patch_drop(x)
-            elif rope is not None and self.training and isinstance(self.patch_drop, PatchDropout):
+        patch_drop = self.patch_drop
+        if patch_drop is not None:
+            if rope is not None and self.training:
                 x, rope = self._drop_patches_and_rope(x, rope)
             else:
-                x = self.patch_drop(x)
+                x = patch_drop(x)
         return self.norm_pre(x), rope
 
     @torch.jit.unused
     def _drop_patches_and_rope(self, x: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Patch dropout that keeps each kept patch's rotary terms: (2, B, 1, kept tokens, head_dim)."""
-        assert isinstance(self.patch_drop, PatchDropout)
-        x, keep = self.patch_drop.forward_with_indices(x)
+        """Patch dropout that keeps each kept patch's rotary terms: (2, B, 1, kept tokens, head_dim).
+
+        Unused by TorchScript (it compiles no isinstance of a module class): scripted, this raises instead."""
+        patch_drop = self.patch_drop
+        assert patch_drop is not None
+        if not isinstance(patch_drop, PatchDropout):  # no dropout (rate 0): the Identity
+            return patch_drop(x), rope
+        x, keep = patch_drop.forward_with_indices(x)
         if keep is None:
             return x, rope
         prefix = self.num_prefix_tokens
@@ -653,12 +658,18 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
         A NaFlex batch (a dict, or patches with ``patch_coord`` and ``patch_valid``) gives timm's
         ``{'patches': (B, prefix + N, D), 'patch_valid': (B, N)}``, computed packed (zeros at padding).
         """
-        if not torch.jit.is_scripting():  # TorchScript leaves this block out
+        # an image tensor alone decides without a Python call; TorchScript leaves this block out
+        if (patch_coord is not None or patch_valid is not None or not isinstance(x, torch.Tensor)) and not (
+            torch.jit.is_scripting()
+        ):
             if is_naflex_call(x, patch_coord, patch_valid):
                 run = self._run_naflex(x, attn_mask, patch_valid, patch_coord)
                 return {"patches": run.placement.unpack(self.norm(run.tokens)), "patch_valid": run.batch.patch_valid}
         x, rope = self._embed(x)
-        x, _ = self._run_blocks(x, attn_mask, rope=rope)
+        if attn_mask is None and rope is None and not self.grad_checkpointing:
+            x = self.blocks(x)  # _run_blocks' first case, without its Python call
+        else:
+            x, _ = self._run_blocks(x, attn_mask, rope=rope)
         return self.norm(x)
 
     def pooled_token_count(self) -> int:
@@ -710,7 +721,8 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
         NaFlex features (the dict ``forward_features`` returns, or padded tokens with ``patch_valid``)
         pool over each image's valid tokens only.
         """
-        if not torch.jit.is_scripting():  # TorchScript leaves this block out
+        # tokens alone decide without a Python call; TorchScript leaves this block out
+        if (patch_valid is not None or not isinstance(x, torch.Tensor)) and not torch.jit.is_scripting():
             if isinstance(x, dict):
                 x, patch_valid = x["patches"], x.get("patch_valid", patch_valid)
             if patch_valid is not None:
@@ -724,8 +736,9 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
                 return x_cls, x_dist
             return (x_cls + x_dist) / 2
         x = self.fc_norm(self.pool(x, patch_valid=patch_valid))
-        if self.pre_logits is not None:
-            x = self.pre_logits(x)
+        pre_logits_layer = self.pre_logits
+        if pre_logits_layer is not None:
+            x = pre_logits_layer(x)
         x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
@@ -746,7 +759,10 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
         optional ``attn_mask``), or patches with ``patch_coord`` / ``patch_valid`` as keywords or in
         timm's ``NaFlexVit`` positional order ``(patches, patch_coord, patch_valid)``.
         """
-        if not torch.jit.is_scripting():  # TorchScript leaves this block out
+        # an image tensor alone decides without a Python call; TorchScript leaves this block out
+        if (patch_coord is not None or patch_valid is not None or not isinstance(x, torch.Tensor)) and not (
+            torch.jit.is_scripting()
+        ):
             if is_naflex_call(x, patch_coord, patch_valid):
                 run = self._run_naflex(x, attn_mask, patch_valid, patch_coord)
                 return self.forward_head(run.placement.unpack(self.norm(run.tokens)), patch_valid=run.batch.patch_valid)

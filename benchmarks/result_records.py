@@ -23,6 +23,8 @@ TITLES = {
     "train": "training step (img/s)",
     "compiled_infer": "torch.compile inference fp32 (img/s)",
     "compiled_train": "torch.compile training step (img/s)",
+    "latency": "batch 1 latency, bf16 on CUDA / fp32 on CPU (img/s)",
+    "latency_compiled": "batch 1 under torch.compile(mode='reduce-overhead') (img/s)",
     "memory": "peak tensor memory of a training step (MiB)",
     "create": "create_model, random init (s)",
     "pretrained": "create_model(pretrained=True) from a local file (s)",

@@ -40,13 +40,14 @@ from timing import (
     interleave,
     make_optimizer,
     matmul_task,
+    paired_ratio,
     synchronize,
     timed,
     training_step,
     use_clock,
 )
 
-MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained", "compile")
+MEASUREMENTS = ("infer", "infer_bf16", "train", "memory", "create", "pretrained", "compile", "latency")
 HERE = Path(__file__).resolve().parent
 #: where runs go unless --out says otherwise (git-ignored: a run never changes the committed results)
 LOCAL_RESULTS = HERE / "results" / "local"
@@ -62,7 +63,7 @@ QUICK = dict(
     matmul_size=2048,
 )
 #: what --quick leaves out of "all": compiling takes minutes, and bf16 autocast is emulated (slow) on most CPUs
-QUICK_SKIPS = ("compile", "infer_bf16")
+QUICK_SKIPS = ("compile", "infer_bf16", "latency")
 
 
 def _usable_cores() -> int:
@@ -404,6 +405,41 @@ def measure_compiled(args, variant: str, work_dir: Path) -> list[dict[str, Any]]
     return records
 
 
+def measure_latency(args, variant: str) -> list[dict[str, Any]]:
+    """Batch 1, the case where the GPU waits on Python: ours and timm eager, and each under
+    ``torch.compile(mode="reduce-overhead")`` (CUDA graphs on CUDA), all in the same interleaved rounds.
+
+    bf16 autocast on CUDA, fp32 on the CPU (where autocast bf16 is emulated on most CPUs). The compiled
+    record carries ``reduce_overhead_gain``: each model compiled against itself eager, per round.
+    """
+    dtype = torch.bfloat16 if args.device.type == "cuda" else None
+    image = _images(1, args.device)
+    peers = [name for name in args.contestants if name in ("ours", "timm")]
+    tasks = {}
+    for name in peers:
+        model = build(name, variant).to(args.device).eval()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, mode="reduce-overhead")
+        for label, runner in ((name, model), (f"{name} compiled", compiled)):
+            probe = inference_task(runner, image, 1, dtype)
+            for _ in range(3):  # compile, then record the graphs and replay them once
+                probe()
+            calls = calls_for(probe, args.device, args.min_time)
+            tasks[label] = inference_task(runner, image, calls, dtype)
+    rounds = max(args.repeats, 5)
+    _log(f"latency {variant} batch 1: {rounds} rounds of {', '.join(tasks)}")
+    samples = interleave(tasks, rounds, args.warmup)
+    eager = result_records.throughput_record("latency", variant, 1, {n: samples[n] for n in peers}, peers)
+    compiled_samples = {name: samples[f"{name} compiled"] for name in peers}
+    compiled = result_records.throughput_record("latency_compiled", variant, 1, compiled_samples, peers)
+    compiled["reduce_overhead_gain"] = {
+        name: paired_ratio(samples[name]["time"], samples[f"{name} compiled"]["time"]) for name in peers
+    }
+    for record in (eager, compiled):
+        _log(result_records.one_line(record))
+    return [eager, compiled]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
@@ -431,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                 records.append(measure_create(args, variant))
             if "compile" in args.measure:
                 records += measure_compiled(args, variant, work_dir)
+            if "latency" in args.measure:
+                records += measure_latency(args, variant)
         if "pretrained" in args.measure:
             for variant in args.pretrained_variants:
                 records.append(measure_pretrained(args, variant, work_dir))

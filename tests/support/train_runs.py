@@ -7,7 +7,8 @@
 trained model's whole state dict there (gathered by ``get_model_state_dict``), for a test to compare with what was
 exported; ``builds`` (a folder) has every rank write ``RANK.json`` there: the device of each model
 ``timm.create_model`` built during the run (``meta`` for a model without storage).
-Also: a tiny synthetic image folder (``write_image_folder``) for those runs.
+Also: a tiny synthetic image folder (``write_image_folder``) for those runs, and :func:`run_job`, which starts one
+such process (group) for a test.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write_image_folder(root: Path, classes: int = 4, per_class: int = 8, size: int = 16, seed: int = 0) -> Path:
@@ -60,6 +63,20 @@ def _recording_builds(path: str | None) -> Iterator[None]:
         timm.create_model = original
         Path(path).mkdir(parents=True, exist_ok=True)
         (Path(path) / f"{os.environ.get('RANK', '0')}.json").write_text(json.dumps(devices), encoding="utf-8")
+
+
+def run_job(runs: list[dict[str, Any]], path: Path, processes: int) -> None:
+    """Write ``runs`` to ``path`` and run them in one process, or under ``torchrun`` with ``processes`` ranks."""
+    from tests.support import time_limits
+
+    path.write_text(json.dumps(runs), encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    if os.path.isdir("/sys/class/net/lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on the loopback interface only
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
+    command = [sys.executable, *launcher, "-m", "tests.support.train_runs", str(path)]
+    result = time_limits.run(command, cwd=path.parent, env=env, capture_output=True, text=True, quiet_seconds=60)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def main(argv: list[str]) -> int:

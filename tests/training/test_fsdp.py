@@ -2,16 +2,14 @@
 that resume on another world size, never from a partial one; a model directory exported from the shards.
 
 Three jobs carry every check, each started once for the module: one ``torchrun --nproc_per_node 2`` job (DDP and
-FSDP runs, checkpoints, an export), one plain process (the one-process runs, one through ``vitscratch train``, and a resume) and one
-``torchrun --nproc_per_node 4`` job (a resume of the one-process resume: 2 -> 1 -> 4 ranks).
+FSDP runs, checkpoints, an export), one plain process (the one-process runs, one through ``vitscratch train``, and
+a resume) and one ``torchrun --nproc_per_node 4`` job (a resume of the one-process resume: 2 -> 1 -> 4 ranks).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,7 @@ import safetensors.torch
 import timm
 import torch
 
-from tests.support import time_limits
-from tests.support.train_runs import write_image_folder
+from tests.support.train_runs import run_job, write_image_folder
 from timm_vitscratch.train import checkpoint
 from timm_vitscratch.train.export import export_checkpoint
 
@@ -40,17 +37,6 @@ def _arguments(model: str, data: Path, output: Path, world_size: int, *extra: st
     batch = str(GLOBAL_BATCH // world_size)
     return ["--model", MODELS[model], "--model-kwargs", *TINY, "--data-dir", str(data), "-b", batch, "--output",
             str(output), *COMMON, *extra]  # fmt: skip
-
-
-def _job(runs: list[dict], path: Path, processes: int) -> None:
-    path.write_text(json.dumps(runs), encoding="utf-8")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    if os.path.isdir("/sys/class/net/lo"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on the loopback interface only
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
-    command = [sys.executable, *launcher, "-m", "tests.support.train_runs", str(path)]
-    result = time_limits.run(command, cwd=path.parent, env=env, capture_output=True, text=True, quiet_seconds=60)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +62,7 @@ def runs(tmp_path_factory):
         {"args": _arguments("dinov3", data, root / "dinov3_ddp", 2)},
         {"args": _arguments("dinov3", data, root / "dinov3_fsdp", 2, "--fsdp", "--checkpoint-every", "0")},
     ]
-    _job(two, root / "two.json", 2)
+    run_job(two, root / "two.json", 2)
     # a killed run: its first checkpoint complete, the second without its marker, the third still being written
     killed = root / "killed" / checkpoint.CHECKPOINTS
     killed.mkdir(parents=True)
@@ -90,7 +76,7 @@ def runs(tmp_path_factory):
         {"args": _arguments("dinov3", data, root / "dinov3_one", 1, "--checkpoint-every", "0"), "cli": True},
         {"args": _arguments("vit", data, root / "vit_resumed", 1, "--resume", str(root / "killed"))},
     ]
-    _job(one, root / "one.json", 1)
+    run_job(one, root / "one.json", 1)
     # the chain goes on: the one-process run's step-8 checkpoint (resumed from two ranks) resumes on four
     step8 = str(root / "vit_resumed" / checkpoint.CHECKPOINTS / "step-8")
     step6 = str(root / "vit_one" / checkpoint.CHECKPOINTS / "step-6")  # in the middle of the second epoch
@@ -98,7 +84,7 @@ def runs(tmp_path_factory):
         {"args": _arguments("vit", data, root / "vit_four", 4, "--fsdp", "--resume", step8)},
         {"args": _arguments("vit", data, root / "vit_four_mid", 4, "--fsdp", "--resume", step6)},
     ]
-    _job(four, root / "four.json", 4)
+    run_job(four, root / "four.json", 4)
     return root
 
 

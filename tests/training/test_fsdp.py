@@ -75,6 +75,8 @@ def runs(tmp_path_factory):
         {"args": _arguments("vit", data, root / "vit_one", 1, "--checkpoint-every-steps", "3")},
         {"args": _arguments("dinov3", data, root / "dinov3_one", 1, "--checkpoint-every", "0"), "cli": True},
         {"args": _arguments("vit", data, root / "vit_resumed", 1, "--resume", str(root / "killed"))},
+        # last: it leaves the process in a group of one
+        {"args": _arguments("vit", data, root / "vit_one_fsdp", 1, "--fsdp", "--checkpoint-every", "0")},
     ]
     run_job(one, root / "one.json", 1)
     # the chain goes on: the one-process run's step-8 checkpoint (resumed from two ranks) resumes on four
@@ -103,6 +105,8 @@ def test_one_process_ddp_and_fsdp_take_the_same_loss_line(runs, model):
     assert len(one) == EPOCHS * 32 // GLOBAL_BATCH
     assert _relative(one, _losses(runs, f"{model}_ddp")) < 1e-5
     assert _relative(one, _losses(runs, f"{model}_fsdp")) < 1e-5
+    if model == "vit":  # FSDP in one process (a process group of one)
+        assert _relative(one, _losses(runs, "vit_one_fsdp")) < 1e-5
     assert one[-1] < one[0]  # it learns
 
 

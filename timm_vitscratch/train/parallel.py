@@ -39,16 +39,20 @@ class Processes:
         return self.rank == 0
 
 
-def start(device: str | None = None) -> Processes:
-    """Join ``torchrun``'s process group (nccl on CUDA, gloo on CPU), or stay one process."""
+def start(device: str | None = None, fsdp: bool = False) -> Processes:
+    """Join ``torchrun``'s process group (nccl on CUDA, gloo on CPU), or stay one process (in a group of one with
+    ``fsdp``: FSDP2's device mesh needs a process group even then)."""
     name = device or ("cuda" if torch.cuda.is_available() else "cpu")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     place = torch.device(name, local_rank) if name == "cuda" else torch.device(name)
     if place.type == "cuda":
         torch.cuda.set_device(place)
+    backend = "nccl" if place.type == "cuda" else "gloo"
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if place.type == "cuda" else "gloo")
+        dist.init_process_group(backend)
+    elif fsdp and not dist.is_initialized():
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank = dist.get_rank() if dist.is_initialized() else 0
     return Processes(rank, world_size, place)
 

@@ -71,7 +71,7 @@ class Trained:
 def train(args: argparse.Namespace) -> Trained:
     if args.threads:
         torch.set_num_threads(args.threads)
-    processes = parallel.start(args.device)
+    processes = parallel.start(args.device, args.fsdp)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     model_kwargs = _model_arguments(args)

@@ -351,7 +351,7 @@ def _cmd_export_checkpoint(args: argparse.Namespace) -> int:
     from timm_vitscratch.train.export import export_checkpoint
 
     source = latest(args.checkpoint)
-    out = export_checkpoint(source, args.out)
+    out = export_checkpoint(source, args.out, ema=args.ema)
     print(f"wrote {out} from {source}")
     return 0
 
@@ -594,6 +594,9 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
         "checkpoint", help="a checkpoint directory (OUTPUT/checkpoints/step-N) or a run directory: its latest"
     )
     p_export_checkpoint.add_argument("out", help="the model directory to write (model.safetensors + config.json)")
+    p_export_checkpoint.add_argument(
+        "--ema", action="store_true", help="the average of the weights (a run with --model-ema), not the weights"
+    )
     p_export_checkpoint.set_defaults(func=_cmd_export_checkpoint)
 
     training = _read_standalone("train/options.py")  # the options of python -m timm_vitscratch.train

@@ -17,6 +17,7 @@ import safetensors.torch
 import timm
 import torch
 
+import timm_vitscratch_cli
 from tests.support.train_runs import run_job, write_image_folder
 from timm_vitscratch.train import checkpoint
 from timm_vitscratch.train.export import export_checkpoint
@@ -30,7 +31,7 @@ EPOCHS = 3
 GLOBAL_BATCH = 8  # 32 images: 4 steps an epoch
 # SGD: the update is linear in the gradient, so fp32 summation order is the only difference between world sizes
 COMMON = ["--num-classes", "4", "--no-aug", "-j", "0", "--opt", "sgd", "--lr", "0.05", "--layer-decay", "0.75"]
-COMMON += ["--epochs", str(EPOCHS), "--seed", "3"]
+COMMON += ["--epochs", str(EPOCHS), "--seed", "3", "--model-ema", "--model-ema-decay", "0.5"]
 
 
 def _arguments(model: str, data: Path, output: Path, world_size: int, *extra: str) -> list[str]:
@@ -113,8 +114,9 @@ def test_one_process_ddp_and_fsdp_take_the_same_loss_line(runs, model):
 def test_fsdp_ranks_build_on_meta_and_only_rank0_builds_whole(runs):
     # rank 0 draws the weights (the one-process run's draws) in host memory; every rank shards a meta model
     builds = {rank: json.loads((runs / "vit_fsdp_builds" / f"{rank}.json").read_text()) for rank in (0, 1)}
-    assert builds[0][:2] == ["cpu", "meta"] and set(builds[0][2:]) == {"meta"}  # then the export's plan, on meta
-    assert builds[1] == ["meta"]
+    # then the average's copy (--model-ema) and the export's plan, on meta too
+    assert builds[0][0] == "cpu" and set(builds[0][1:]) == {"meta"}
+    assert builds[1] == ["meta", "meta"]  # the model and the average
 
 
 def _state(root: Path, run: str) -> list[int]:
@@ -195,3 +197,27 @@ def test_the_exported_directory_holds_the_trained_weights_exactly(runs, tmp_path
     # the CLI's route, from a run directory (its latest complete checkpoint), gives the same bytes
     again = export_checkpoint(runs / "vit_fsdp", tmp_path / "again")
     assert (again / "model.safetensors").read_bytes() == (runs / "vit_export" / "model.safetensors").read_bytes()
+
+
+def _ema(root: Path, run: str, tmp_path: Path) -> dict[str, torch.Tensor]:
+    out = export_checkpoint(root / run, tmp_path / f"{run}_ema", ema=True)
+    return safetensors.torch.load_file(out / "model.safetensors")
+
+
+def test_the_average_of_the_weights_is_the_same_sharded_or_whole_and_travels_in_checkpoints(runs, tmp_path):
+    one = _ema(runs, "vit_one", tmp_path)
+    weights = safetensors.torch.load_file(runs / "vit_fsdp_trained.safetensors")
+    assert not torch.equal(one["head.weight"], weights["head.weight"])  # an average, not the weights
+    # averaged shard by shard on two FSDP ranks; resumed (two ranks -> one process) with the average in the checkpoint
+    for run in ("vit_fsdp", "vit_resumed"):
+        other = _ema(runs, run, tmp_path)
+        assert set(other) == set(one)
+        for name, tensor in one.items():
+            torch.testing.assert_close(other[name], tensor, rtol=1e-5, atol=1e-6, msg=f"{run} {name}")
+    config = json.loads((tmp_path / "vit_one_ema" / "config.json").read_text(encoding="utf-8"))
+    assert "EMA" in config["vitscratch"]["source"]["weights"]
+    # the console script's route gives the same bytes
+    assert timm_vitscratch_cli.main(["export-checkpoint", "--ema", str(runs / "vit_one"), str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "model.safetensors").read_bytes() == (
+        tmp_path / "vit_one_ema" / "model.safetensors"
+    ).read_bytes()

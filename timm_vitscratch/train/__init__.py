@@ -10,6 +10,7 @@ Checkpoints are Distributed Checkpoint (DCP) shards that resume at another world
 - :mod:`.parallel`: the process group, and the model plain, under DDP or sharded with FSDP2
 - :mod:`.build`: the model built whole, or on ``meta`` and sharded before it has storage (``--fsdp``)
 - :mod:`.data`: timm's data set and transforms, in an order every world size shares, from any batch
+- :mod:`.ema`: the average of the weights (``--model-ema``), whole or sharded as the model is
 - :mod:`.memory`: per-rank bytes of training state, counted and by formula
 - :mod:`.checkpoint`: DCP checkpoints written under a temporary name, marked complete, then renamed
 - :mod:`.export`: a checkpoint's model tensors, one at a time, into a model directory

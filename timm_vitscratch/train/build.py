@@ -22,15 +22,18 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from ..models.build import build_on_meta
 from . import parallel
+from .ema import ShardedEma
 
 
 @dataclass
 class Built:
-    """The model to train (wrapped) and the one it wraps, and the ``pretrained_cfg`` of the weights it starts from."""
+    """The model to train (wrapped) and the one it wraps, the ``pretrained_cfg`` of the weights it starts from, and
+    the average of its weights (``--model-ema``)."""
 
     wrapped: nn.Module
     model: nn.Module
     pretrained_cfg: dict[str, Any]
+    ema: ShardedEma | None = None
 
 
 def _cfg(model: nn.Module) -> dict[str, Any]:
@@ -85,7 +88,17 @@ def _sharded_from_rank0(name: str, pretrained: bool, kwargs: dict[str, Any], arg
     _send_from_rank0(wrapped, whole, processes.device)
     del whole
     _sync_rng()
-    return Built(wrapped, model, cfgs[0] or {})
+    ema = None
+    if args.model_ema:
+
+        def sharded_copy() -> nn.Module:
+            copy = parallel.shard(
+                build_on_meta(name, pretrained=False, **kwargs), args.amp_dtype, args.fsdp_cpu_offload
+            )
+            return copy.to_empty(device=processes.device)
+
+        ema = ShardedEma.sharded_like(wrapped, sharded_copy, args.model_ema_decay)
+    return Built(wrapped, model, cfgs[0] or {}, ema)
 
 
 def build(args: Any, model_kwargs: dict[str, Any], processes: parallel.Processes) -> Built:
@@ -96,5 +109,8 @@ def build(args: Any, model_kwargs: dict[str, Any], processes: parallel.Processes
     model = _whole(args.model, args.pretrained, model_kwargs, args.seed, args.grad_checkpointing)
     if not args.fsdp_cpu_offload:
         model.to(processes.device)
+    ema = ShardedEma.copy_of(model, args.model_ema_decay) if args.model_ema else None
     wrapped = parallel.wrap(model, processes, args.fsdp, args.amp_dtype, args.fsdp_cpu_offload)
-    return Built(wrapped, model, _cfg(model))
+    if ema is not None and args.fsdp:  # sharded as the model is, so that each rank averages its own shards
+        parallel.shard(ema.module, args.amp_dtype, args.fsdp_cpu_offload)
+    return Built(wrapped, model, _cfg(model), ema)

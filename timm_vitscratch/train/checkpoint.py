@@ -2,7 +2,7 @@
 
 A checkpoint is a directory ``OUTPUT/checkpoints/step-N/``: DCP's shards and ``.metadata`` (the model and optimizer
 state as ``torch.distributed.checkpoint.state_dict.get_state_dict`` gives them, keyed by parameter name whatever
-the wrapping, and each rank's RNG states), ``training.json`` (the epoch, batch and step reached, the scheduler's state, the
+the wrapping, each rank's RNG states and, with ``--model-ema``, the average of the weights under ``ema.``), ``training.json`` (the epoch, batch and step reached, the scheduler's state, the
 model's name and arguments) and last the completion marker ``COMPLETE``. Every rank writes into
 ``.step-N.partial/``; rank 0 adds ``training.json`` and the marker and renames the directory. A run killed on the
 way leaves a ``.partial`` directory, which nothing resumes from: only ``step-N`` directories holding ``COMPLETE``
@@ -33,7 +33,12 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 
 from ..errors import ModelDirectoryError
 from ..files import atomic_write
@@ -47,6 +52,8 @@ TRAINING = "training.json"
 STEP_NAME = re.compile(r"^step-(\d+)$")
 #: where the model's tensors sit in a checkpoint's flat DCP keys (``model.<parameter name>``)
 MODEL_PREFIX = "model."
+#: ... and those of the average of its weights (``--model-ema``)
+EMA_PREFIX = "ema."
 
 
 class CheckpointError(ModelDirectoryError):
@@ -145,13 +152,14 @@ def read_training(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / TRAINING, CheckpointError)
 
 
-def model_keys(directory: Path) -> dict[str, Any]:
-    """The model's tensors in a checkpoint: parameter name -> DCP's storage metadata (size, dtype)."""
+def model_keys(directory: Path, prefix: str = MODEL_PREFIX) -> dict[str, Any]:
+    """The model's tensors in a checkpoint (``prefix`` ``EMA_PREFIX``: their average's): parameter name -> DCP's
+    storage metadata (size, dtype)."""
     metadata = GatedReader(str(directory)).read_metadata()
     return {
-        key[len(MODEL_PREFIX) :]: entry
+        key[len(prefix) :]: entry
         for key, entry in metadata.state_dict_metadata.items()
-        if key.startswith(MODEL_PREFIX) and hasattr(entry, "size")
+        if key.startswith(prefix) and hasattr(entry, "size")
     }
 
 
@@ -162,8 +170,10 @@ def save(
     progress: Progress,
     training: dict[str, Any],
     processes: Processes,
+    ema: nn.Module | None = None,
 ) -> Path:
-    """Write ``output/checkpoints/step-N`` from every rank; returns its path once it is complete."""
+    """Write ``output/checkpoints/step-N`` from every rank (with ``ema``, the average of the weights); returns its
+    path once it is complete."""
     folder = output / CHECKPOINTS
     final = folder / f"step-{progress.step}"
     partial = folder / f".step-{progress.step}.partial"
@@ -173,6 +183,8 @@ def save(
     barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state, _rng_key(processes.rank): rng_state()}
+    if ema is not None:
+        state[EMA_PREFIX[:-1]] = get_model_state_dict(ema)
     with one_process_quiet():
         dcp.save(state, checkpoint_id=str(partial), no_dist=not processes.distributed)
     if processes.main:
@@ -189,9 +201,16 @@ def save(
     return final
 
 
-def load(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, processes: Processes) -> dict[str, Any]:
-    """Load a complete checkpoint into ``model`` and ``optimizer`` (resharded to this world size) and this rank's
-    RNG states when the checkpoint has this rank's; returns its ``training.json``."""
+def load(
+    directory: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    processes: Processes,
+    ema: nn.Module | None = None,
+) -> dict[str, Any]:
+    """Load a complete checkpoint into ``model`` and ``optimizer`` (resharded to this world size), into ``ema`` the
+    average it holds, and this rank's RNG states when the checkpoint has this rank's; returns its
+    ``training.json`` and whether ``ema`` was loaded (``"ema_loaded"``)."""
     if not is_complete(directory):
         raise CheckpointError(f"{directory} is not a complete checkpoint (no {COMPLETE} marker)")
     training = read_training(directory)
@@ -201,9 +220,14 @@ def load(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, pr
     key = _rng_key(processes.rank)
     if any(name.startswith(key + ".") for name in saved):
         state[key] = rng_state()
+    ema_saved = ema is not None and any(name.startswith(EMA_PREFIX) for name in saved)
+    if ema is not None and ema_saved:
+        state[EMA_PREFIX[:-1]] = get_model_state_dict(ema)
     with one_process_quiet():
         dcp.load(state, storage_reader=GatedReader(str(directory)), no_dist=not processes.distributed)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if ema is not None and ema_saved:
+        set_model_state_dict(ema, state[EMA_PREFIX[:-1]])
     if key in state:
         set_rng_state(state[key])
-    return training
+    return {**training, "ema_loaded": ema_saved}

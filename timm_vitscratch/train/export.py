@@ -20,14 +20,23 @@ from ..licenses import UNKNOWN
 from ..model_dir import write_model_directory
 from ..models.build import build_on_meta
 from ..tensor_writer import TensorSpec
-from .checkpoint import CheckpointError, GatedReader, latest, model_keys, one_process_quiet, read_training
+from .checkpoint import (
+    EMA_PREFIX,
+    MODEL_PREFIX,
+    CheckpointError,
+    GatedReader,
+    latest,
+    model_keys,
+    one_process_quiet,
+    read_training,
+)
 
 
-def _read_one(directory: Path, spec: TensorSpec) -> torch.Tensor:
+def _read_one(directory: Path, spec: TensorSpec, prefix: str) -> torch.Tensor:
     tensor = torch.empty(spec.shape, dtype=spec.dtype)
     with one_process_quiet():
         dcp.load(
-            {"model": {spec.name: tensor}},
+            {prefix[:-1]: {spec.name: tensor}},
             storage_reader=GatedReader(str(directory)),
             planner=DefaultLoadPlanner(allow_partial_load=True),
             no_dist=True,
@@ -35,9 +44,10 @@ def _read_one(directory: Path, spec: TensorSpec) -> torch.Tensor:
     return tensor
 
 
-def export_checkpoint(checkpoint: str | os.PathLike[str], directory: str | os.PathLike[str]) -> Path:
+def export_checkpoint(checkpoint: str | os.PathLike[str], directory: str | os.PathLike[str], ema: bool = False) -> Path:
     """Write the model of ``checkpoint`` (a ``step-N`` directory, or a run directory: its latest complete one) as a
-    model directory that ``timm.create_model("local-dir:DIRECTORY", pretrained=True)`` loads."""
+    model directory that ``timm.create_model("local-dir:DIRECTORY", pretrained=True)`` loads; ``ema``: the average
+    of its weights (``--model-ema``) instead."""
     source = latest(checkpoint)
     training = read_training(source)
     name, kwargs = training.get("model"), training.get("model_kwargs", {})
@@ -48,7 +58,10 @@ def export_checkpoint(checkpoint: str | os.PathLike[str], directory: str | os.Pa
         # weights trained from a random start: the default tag's facts (its license) are not theirs
         model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), "license": UNKNOWN}  # type: ignore[assignment]
     expected = model.state_dict()
-    found = model_keys(source)
+    prefix = EMA_PREFIX if ema else MODEL_PREFIX
+    found = model_keys(source, prefix)
+    if ema and not found:
+        raise CheckpointError(f"{source} holds no average of the weights (train with --model-ema)")
     if set(found) != set(expected):
         missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
         raise CheckpointError(f"{source} does not hold {name}'s tensors (missing {missing[:5]}, extra {extra[:5]})")
@@ -58,9 +71,9 @@ def export_checkpoint(checkpoint: str | os.PathLike[str], directory: str | os.Pa
     origin: dict[str, Any] = {
         "format": "timm_vitscratch.train",
         "model": name,
-        "weights": "fine-tuned" if training.get("pretrained") else "trained",
+        "weights": ("fine-tuned" if training.get("pretrained") else "trained") + (", averaged (EMA)" if ema else ""),
         "checkpoint": source.name,
         "epoch": training.get("epoch"),
     }
-    write_model_directory(out, model, specs, lambda spec: _read_one(source, spec), source=origin)
+    write_model_directory(out, model, specs, lambda spec: _read_one(source, spec, prefix), source=origin)
     return out

@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--drop", type=float, default=0.0, help="dropout before the head")
     model.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate")
     model.add_argument("--grad-checkpointing", action="store_true", help="recompute each block in the backward")
+    model.add_argument("--model-ema", action="store_true", help="keep an exponential moving average of the weights")
+    model.add_argument("--model-ema-decay", type=float, default=0.9998, help="its decay per optimizer step")
 
     data = parser.add_argument_group("data")
     data.add_argument("--data-dir", required=True, help="an image folder with a train/ split")
@@ -95,4 +97,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--resume", default=None, help="a checkpoint directory, or a run directory (its latest)")
     run.add_argument("--export", default=None, help="write a model directory from the last checkpoint")
+    run.add_argument("--export-ema", action="store_true", help="export the average (--model-ema), not the weights")
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads per process")

@@ -109,10 +109,15 @@ def train(args: argparse.Namespace) -> Trained:
         "global_batch": args.batch_size * processes.world_size,
     }
 
+    if args.export_ema and built.ema is None:
+        raise ValueError("--export-ema needs --model-ema")
+    ema_module = built.ema.module if built.ema is not None else None
     progress = checkpoint.Progress(epoch=0, step=0)
     if args.resume:
         source = checkpoint.latest(args.resume)
-        record = checkpoint.load(source, wrapped, optimizer, processes)
+        record = checkpoint.load(source, wrapped, optimizer, processes, ema_module)
+        if built.ema is not None and not record["ema_loaded"]:
+            built.ema.set(model)  # a checkpoint without an average: it starts at the weights resumed
         progress = checkpoint.Progress(
             epoch=int(record["epoch"]), step=int(record["step"]), epoch_step=int(record.get("epoch_step", 0))
         )
@@ -154,6 +159,8 @@ def train(args: argparse.Namespace) -> Trained:
                 scaler.update()
             else:
                 optimizer.step()
+            if built.ema is not None:
+                built.ema.update(model)
             step += 1
             scheduler.step_update(num_updates=step)
             value = parallel.mean_over_ranks(loss)
@@ -166,7 +173,7 @@ def train(args: argparse.Namespace) -> Trained:
                 # in the middle of the epoch: the sampler starts the resumed epoch after this batch
                 record = {**training, "scheduler": scheduler.state_dict()}
                 mid = checkpoint.Progress(epoch=epoch, step=step, epoch_step=batch)
-                checkpoint.save(output, wrapped, optimizer, mid, record, processes)
+                checkpoint.save(output, wrapped, optimizer, mid, record, processes, ema_module)
         scheduler.step(epoch + 1)
         progress = checkpoint.Progress(epoch=epoch + 1, step=step)
         if processes.main:
@@ -179,13 +186,14 @@ def train(args: argparse.Namespace) -> Trained:
             or every_steps
         ):
             record = {**training, "scheduler": scheduler.state_dict()}
-            checkpoint.save(output, wrapped, optimizer, progress, record, processes)
+            checkpoint.save(output, wrapped, optimizer, progress, record, processes, ema_module)
 
     # each rank's parameters, gradients and optimizer state as they stand after the last step (local shards)
     state_bytes = parallel.gather_objects(memory.local_state_bytes(wrapped, optimizer))
     exported = None
     if args.export and processes.main:
-        exported = str(export_checkpoint(output / checkpoint.CHECKPOINTS / f"step-{progress.step}", args.export))
+        last_checkpoint = output / checkpoint.CHECKPOINTS / f"step-{progress.step}"
+        exported = str(export_checkpoint(last_checkpoint, args.export, ema=args.export_ema))
     parallel.barrier()
     summary = {
         "world_size": processes.world_size,

@@ -32,6 +32,8 @@ GLOBAL_BATCH = 8  # 32 images: 4 steps an epoch
 # SGD: the update is linear in the gradient, so fp32 summation order is the only difference between world sizes
 COMMON = ["--num-classes", "4", "--no-aug", "-j", "0", "--opt", "sgd", "--lr", "0.05", "--layer-decay", "0.75"]
 COMMON += ["--epochs", str(EPOCHS), "--seed", "3", "--model-ema", "--model-ema-decay", "0.5"]
+# timm's NaFlex loader: each 16-pixel picture as 16 patches of 4, or resized to 8 patches (variable batch size)
+NAFLEX = ["--naflex-loader", "--naflex-train-seq-lens", "8", "16"]
 
 
 def _arguments(model: str, data: Path, output: Path, world_size: int, *extra: str) -> list[str]:
@@ -62,6 +64,7 @@ def runs(tmp_path_factory):
         },
         {"args": _arguments("dinov3", data, root / "dinov3_ddp", 2)},
         {"args": _arguments("dinov3", data, root / "dinov3_fsdp", 2, "--fsdp", "--checkpoint-every", "0")},
+        {"args": _arguments("vit", data, root / "vit_naflex", 2, "--fsdp", "--checkpoint-every", "0", *NAFLEX)},
     ]
     run_job(two, root / "two.json", 2)
     # a killed run: its first checkpoint complete, the second without its marker, the third still being written
@@ -139,6 +142,14 @@ def test_the_committed_per_rank_memory_is_about_one_over_n():
     assert sorted(totals) == [1, 2, 4]
     for ranks, total in totals.items():
         assert total / totals[1] == pytest.approx(1 / ranks, rel=0.01)
+
+
+def test_fsdp_trains_on_timms_naflex_loader(runs):
+    summary = json.loads((runs / "vit_naflex" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["world_size"] == 2 and summary["step"] > 0
+    assert all(0 < loss < 10 for loss in summary["losses"])
+    log = [json.loads(line) for line in (runs / "vit_naflex" / "log.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted({line["epoch"] for line in log}) == list(range(EPOCHS))
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_process_from_the_last_complete_one(runs):

@@ -5,6 +5,12 @@ epoch). Rank ``r`` of ``N`` reads positions ``r, r + N, r + 2N ...`` of the epoc
 positions ``k x G`` to ``(k + 1) x G - 1`` (``G`` the global batch) whatever ``N`` is: a run resumed in the middle
 of an epoch skips the first ``k x batch`` of each rank's share (:class:`ResumableSampler`) and reads the same images
 next as the run it resumes would have.
+
+With ``--naflex-loader`` (NaFlex-capable models) timm's ``create_naflex_loader`` reads each image at its own size
+and aspect as a sequence of patches, batched by sequence length (``--naflex-train-seq-lens``): the batch size
+varies with the length, so the loss is scaled by ``batch / --batch-size`` as timm's ``train.py`` does
+(``--naflex-loss-scale linear``). Its batches come from timm's own per-rank schedule, so such a run resumes at the
+start of an epoch only.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from timm.data import create_dataset, create_transform, resolve_data_config
+import torch
+from timm.data import create_dataset, create_naflex_loader, create_transform, resolve_data_config
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -68,3 +75,38 @@ def loader(args: argparse.Namespace, model: nn.Module, processes: Processes) -> 
         persistent_workers=args.workers > 0,
         pin_memory=processes.device.type == "cuda",
     )
+
+
+def naflex_loader(args: argparse.Namespace, model: nn.Module, processes: Processes) -> Any:
+    """timm's NaFlex loader over ``--data-dir``: patch sequences of the lengths ``--naflex-train-seq-lens``."""
+    config = resolve_data_config({}, model=model)
+    dataset = create_dataset("", root=args.data_dir, split=args.train_split, is_training=True)
+    return create_naflex_loader(
+        dataset,
+        patch_size=model.get_patch_size(),  # type: ignore[operator]
+        train_seq_lens=tuple(args.naflex_train_seq_lens),
+        batch_size=args.batch_size,
+        is_training=True,
+        no_aug=args.no_aug,
+        interpolation=config["interpolation"],
+        mean=config["mean"],
+        std=config["std"],
+        num_workers=args.workers,
+        distributed=processes.distributed,
+        rank=processes.rank,
+        world_size=processes.world_size,
+        seed=args.seed,
+        pin_memory=processes.device.type == "cuda",
+        img_dtype=torch.float32,
+        device=processes.device,
+        persistent_workers=args.workers > 0,
+    )
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """The epoch the loader's order follows (its sampler's, or the NaFlex data set wrapper's)."""
+    sampler = getattr(loader, "sampler", None)
+    if sampler is not None and hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    else:  # the NaFlex prefetch loader wraps a DataLoader over timm's NaFlex data set wrapper
+        getattr(loader, "loader", loader).dataset.set_epoch(epoch)

@@ -70,6 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (timm's Mixup)")
     data.add_argument("--cutmix", type=float, default=0.0, help="cutmix alpha (timm's Mixup)")
     data.add_argument("--smoothing", type=float, default=0.0, help="label smoothing")
+    data.add_argument("--naflex-loader", action="store_true", help="timm's NaFlex loader (NaFlex-capable models)")
+    data.add_argument(
+        "--naflex-train-seq-lens",
+        type=int,
+        nargs="+",
+        default=[128, 256, 576, 784, 1024],
+        help="patch-sequence lengths of the NaFlex loader's batches",
+    )
 
     optim = parser.add_argument_group("optimizer and schedule")
     optim.add_argument("--opt", default="adamw", help="timm's create_optimizer_v2 name")

@@ -77,7 +77,9 @@ def train(args: argparse.Namespace) -> Trained:
     model_kwargs = _model_arguments(args)
     built = build.build(args, model_kwargs, processes)
     model, wrapped = built.model, built.wrapped
-    loader = data.loader(args, model, processes)
+    if args.naflex_loader and (args.mixup or args.cutmix):
+        raise ValueError("--naflex-loader trains without --mixup / --cutmix here")
+    loader = data.naflex_loader(args, model, processes) if args.naflex_loader else data.loader(args, model, processes)
     num_classes = int(model.num_classes)  # type: ignore[arg-type]
     # timm's parameter groups (no decay on norms, biases and tokens; layer decay through group_matcher)
     optimizer = create_optimizer_v2(
@@ -121,7 +123,12 @@ def train(args: argparse.Namespace) -> Trained:
         progress = checkpoint.Progress(
             epoch=int(record["epoch"]), step=int(record["step"]), epoch_step=int(record.get("epoch_step", 0))
         )
-        loader.sampler.start_at(progress.epoch_step, args.batch_size)  # type: ignore[attr-defined]
+        if progress.epoch_step and args.naflex_loader:
+            raise ValueError(
+                f"{source} is in the middle of an epoch: a --naflex-loader run resumes at an epoch's start"
+            )
+        if progress.epoch_step and isinstance(loader.sampler, data.ResumableSampler):
+            loader.sampler.start_at(progress.epoch_step, args.batch_size)
         scheduler.load_state_dict(record["scheduler"])
         if record.get("global_batch") != training["global_batch"] and processes.main:
             print(f"note: global batch {training['global_batch']}, the checkpoint's was {record.get('global_batch')}")
@@ -137,21 +144,24 @@ def train(args: argparse.Namespace) -> Trained:
     started = time.perf_counter()
     first = progress.epoch
     for epoch in range(progress.epoch, num_epochs):
-        loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        data.set_epoch(loader, epoch)
         wrapped.train()
         step = progress.step
         for batch, (images, targets) in enumerate(loader, start=progress.epoch_step + 1 if epoch == first else 1):
-            images, targets = images.to(processes.device), targets.to(processes.device)
+            if isinstance(images, dict):  # a NaFlex batch, on the device already; its size varies with its length
+                scale = len(targets) / args.batch_size
+            else:
+                images, targets, scale = images.to(processes.device), targets.to(processes.device), 1.0
             if mixup is not None:
                 images, targets = mixup(images, targets)
             with _autocast(args, processes.device):
                 loss = loss_fn(wrapped(images), targets)
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
-                scaler.scale(loss).backward()
+                scaler.scale(loss * scale).backward()
                 scaler.unscale_(optimizer)
             else:
-                loss.backward()
+                (loss * scale).backward()
             if args.clip_grad:
                 torch.nn.utils.clip_grad_norm_(wrapped.parameters(), args.clip_grad)
             if scaler is not None:

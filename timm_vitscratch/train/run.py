@@ -68,7 +68,15 @@ class Trained:
     model: nn.Module
 
 
+def _refuse_mixtures(args: argparse.Namespace) -> None:
+    if args.export_ema and not args.model_ema:
+        raise ValueError("--export-ema needs --model-ema")
+    if args.naflex_loader and (args.mixup or args.cutmix):
+        raise ValueError("--naflex-loader trains without --mixup / --cutmix here")
+
+
 def train(args: argparse.Namespace) -> Trained:
+    _refuse_mixtures(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     processes = parallel.start(args.device, args.fsdp)
@@ -77,8 +85,6 @@ def train(args: argparse.Namespace) -> Trained:
     model_kwargs = _model_arguments(args)
     built = build.build(args, model_kwargs, processes)
     model, wrapped = built.model, built.wrapped
-    if args.naflex_loader and (args.mixup or args.cutmix):
-        raise ValueError("--naflex-loader trains without --mixup / --cutmix here")
     loader = data.naflex_loader(args, model, processes) if args.naflex_loader else data.loader(args, model, processes)
     num_classes = int(model.num_classes)  # type: ignore[arg-type]
     # timm's parameter groups (no decay on norms, biases and tokens; layer decay through group_matcher)
@@ -111,8 +117,6 @@ def train(args: argparse.Namespace) -> Trained:
         "global_batch": args.batch_size * processes.world_size,
     }
 
-    if args.export_ema and built.ema is None:
-        raise ValueError("--export-ema needs --model-ema")
     ema_module = built.ema.module if built.ema is not None else None
     progress = checkpoint.Progress(epoch=0, step=0)
     if args.resume:

@@ -17,7 +17,7 @@ from tests.support.environments import PROJECT, env, run_python, site_packages
 
 pytestmark = pytest.mark.slow  # builds the wheel and a venv
 
-USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull", "export-checkpoint"}
+USER_COMMANDS = {"list", "summary", "attention", "convert", "export", "push", "pull", "export-checkpoint", "train"}
 TEST_MACHINERY = (
     "ThreadingHTTPServer",
     "BaseHTTPRequestHandler",

@@ -254,9 +254,15 @@ NOT_RUN: dict[str, str] = {
         (
             "docs/training.md: vitscratch export-checkpoint runs/7b out/7b",
             "docs/training.md: vitscratch export-checkpoint runs/7b/checkpoints/step-5000 out/7b-5000",
+            "docs/training.md: vitscratch export-checkpoint --ema runs/7b out/7b-ema",
         ),
         "needs the checkpoints of a multi-GPU DINOv3-7B run; tests/training/test_fsdp.py exports a torchrun "
         "checkpoint of a tiny model through the same export_checkpoint",
+    ),
+    "docs/training.md: vitscratch train --data-dir /data/my_images --model scratch_dinov3_l16 --pretrained "
+    "--num-classes 10  --output runs/l16": (
+        "needs the reader's images and DINOv3-L's weights from huggingface.co; tests/training/test_fsdp.py runs "
+        "vitscratch train on a tiny model"
     ),
     "docs/hub.md: vitscratch push scratch_vit_b16.tv_in1k ORG/NAME": (
         "loads the tag's weights first: torchvision's 330 MB ViT-B/16 file from download.pytorch.org"

@@ -223,6 +223,11 @@ RUN: dict[str, StandIn] = {
     # docs/native_resolution.md: data/ is a small image folder
     "docs/native_resolution.md: import timm, torch": StandIn(replace=(PRETRAINED_AS_RANDOM,)),
     "docs/native_resolution.md: from timm.data import create_dataset, create_naflex_loader": StandIn(),
+    # docs/performance.md: the fast CPU route on a one-block model with random weights, on random images
+    "docs/performance.md: import timm, timm_vitscratch": StandIn(
+        replace=(("pretrained=True))", "pretrained=False, depth=1))"),),
+        before="import torch\nimages = torch.randn(2, 3, 224, 224)\n",
+    ),
     # docs/pretrained.md: the tags resolved and built on meta; their weights would come from the network
     "docs/pretrained.md: import timm": StandIn(replace=(("pretrained=True", 'pretrained=False, device="meta"'),)),
     # docs/training.md: the checkpoint train.py would have written, tiny

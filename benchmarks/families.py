@@ -114,11 +114,14 @@ def timm_name(ours: str) -> str:
     return str(FAMILY_OF[ours].timm_names[ours])
 
 
-def build_pair(family: str, size: str, device: torch.device) -> dict[str, nn.Module]:
-    """timm's model (its random init) and ours with timm's state dict loaded strict: one set of weights."""
+def build_pair(family: str, size: str, device: torch.device, control: bool = False) -> dict[str, nn.Module]:
+    """timm's model (its random init) and ours with timm's state dict loaded strict: one set of weights.
+
+    ``control``: a second timm model in our place, the harness's own noise.
+    """
     torch.manual_seed(0)
     theirs = build_one(family, size, "timm")
-    ours = build_one(family, size, "ours")
+    ours = build_one(family, size, "timm" if control else "ours")
     ours.load_state_dict(theirs.state_dict())
     return {"ours": ours.to(device), "timm": theirs.to(device)}
 
@@ -261,7 +264,7 @@ def profile(args: argparse.Namespace, family: str, size: str, kind: str) -> str:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    models = build_pair(family, size, args.device)
+    models = build_pair(family, size, args.device, control=args.control)
     batch = args.train_batch if kind == "train" else args.batch
     images = torch.randn(batch, 3, IMG_SIZE, IMG_SIZE, generator=torch.Generator().manual_seed(0)).to(args.device)
     labels = torch.arange(batch, device=args.device) % 1000
@@ -280,6 +283,7 @@ def profile(args: argparse.Namespace, family: str, size: str, kind: str) -> str:
     differ = [op for op in ops if stats["ours"].get(op, (0, 0))[0] != stats["timm"].get(op, (0, 0))[0]]
     total = {name: sum(t for _, t in stats[name].values()) for name in stats}
     lines = [
+        *(["control: timm's model against a copy of itself in the 'ours' columns"] if args.control else []),
         f"{family} {size} {kind}, {args.repeats} profiled calls each: self CPU ms ours {total['ours']:.0f}, timm "
         f"{total['timm']:.0f}; operators called a different number of times: {', '.join(differ) or 'none'}",
         f"{'operator':<44} {'calls ours':>10} {'calls timm':>10} {'ms ours':>9} {'ms timm':>9} {'diff':>8}",
@@ -391,6 +395,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar=("FAMILY", "SIZE", "KIND"),
         default=None,
         help="profile one measurement (kind: infer, infer_bf16 or train) of ours and timm's and print the operators",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="with --profile: timm's model against a copy of itself, to show the differences the harness makes alone",
     )
     parser.add_argument("--memory-child", choices=["ours", "timm"], default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

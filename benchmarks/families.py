@@ -120,21 +120,23 @@ def build_pair(family: str, size: str, device: torch.device, control: bool = Fal
     ``control``: a second timm model in our place, the harness's own noise.
     """
     torch.manual_seed(0)
-    theirs = build_one(family, size, "timm")
-    ours = build_one(family, size, "timm" if control else "ours")
+    theirs = build_one(family, size, "timm", device)
+    ours = build_one(family, size, "timm" if control else "ours", device)
     ours.load_state_dict(theirs.state_dict())
-    return {"ours": ours.to(device), "timm": theirs.to(device)}
+    return {"ours": ours, "timm": theirs}
 
 
-def build_one(family: str, size: str, who: str) -> nn.Module:
-    """Ours or timm's model of ``family`` at ``size``, 224 px, a 1000-class head, its own random init."""
+def build_one(family: str, size: str, who: str, device: torch.device) -> nn.Module:
+    """Ours or timm's model of ``family`` at ``size``, 224 px, a 1000-class head, its own random init, built
+    on ``device`` (a GPU initialises the largest models in seconds)."""
     import timm
 
     import timm_vitscratch  # noqa: F401  (registers the zoo)
 
     ours_name, shape = FAMILIES[family][size]
     extra: dict[str, Any] = dict(img_size=IMG_SIZE, num_classes=1000, **(SHAPES[shape] if shape else {}))
-    return timm.create_model(ours_name if who == "ours" else timm_name(ours_name), **extra)
+    with device:
+        return timm.create_model(ours_name if who == "ours" else timm_name(ours_name), **extra)
 
 
 def _label(family: str, size: str) -> dict[str, Any]:
@@ -230,7 +232,7 @@ def memory_child(args: argparse.Namespace) -> dict[str, Any]:
 
     family, size = args.families[0], args.sizes[0]
     torch.manual_seed(0)
-    model = build_one(family, size, args.memory_child).to(args.device).train()
+    model = build_one(family, size, args.memory_child, args.device).train()
     optimizer = make_optimizer(model)
     images = torch.randn(args.train_batch, 3, IMG_SIZE, IMG_SIZE, device=args.device)
     labels = torch.arange(args.train_batch, device=args.device) % 1000

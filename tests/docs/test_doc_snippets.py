@@ -228,6 +228,12 @@ RUN: dict[str, StandIn] = {
         replace=(("pretrained=True))", "pretrained=False, depth=1))"),),
         before="import torch\nimages = torch.randn(2, 3, 224, 224)\n",
     ),
+    # docs/performance.md: the low-latency route wrapped on the CPU, one block deep (it compiles at the first call)
+    'docs/performance.md: model = torch.compile(timm.create_model("scratch_vit_b16", pretrained=True).cuda().eval(), '
+    'mode="reduce-overhead")': StandIn(
+        replace=(("pretrained=True).cuda()", "pretrained=False, depth=1)"),),
+        before="import timm, torch\n",
+    ),
     # docs/pretrained.md: the tags resolved and built on meta; their weights would come from the network
     "docs/pretrained.md: import timm": StandIn(replace=(("pretrained=True", 'pretrained=False, device="meta"'),)),
     # docs/training.md: the checkpoint train.py would have written, tiny

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,7 +77,9 @@ def run_job(runs: list[dict[str, Any]], path: Path, processes: int) -> None:
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
     command = [sys.executable, *launcher, "-m", "tests.support.train_runs", str(path)]
     result = time_limits.run(command, cwd=path.parent, env=env, capture_output=True, text=True, quiet_seconds=60)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # torchrun's own log lines (E1128 12:00:00 ...) would push what a rank printed out of the message
+    own = "\n".join(line for line in result.stderr.splitlines() if not re.match(r"[EWI]\d{4} ", line))
+    assert result.returncode == 0, result.stdout[-3000:] + own[-5000:]
 
 
 def main(argv: list[str]) -> int:

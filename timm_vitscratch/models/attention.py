@@ -19,7 +19,8 @@ from torch import nn
 
 from ..choices import ATTN_IMPLS
 from .layers import DEFAULT_NORM_LAYER, FactoryKwargs, Mlp, NormLayer
-from .packing import PackedSegments, attend
+from .packed_kernels import attend
+from .packing import PackedSegments
 
 
 def check_attn_impl(attn_impl: str) -> str:
@@ -201,8 +202,10 @@ class Attention(nn.Module):
     def _attend_packed(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: PackedSegments
     ) -> torch.Tensor:
-        """A packed sequence's attention, each image over its own run."""
-        return attend(q, k, v, segments, self._attention)
+        """A packed sequence's attention, each image over its own run (the kernel: models/packed_kernels.py;
+        any one-call kernel computes what ``_attention`` does only when it is SDPA without dropout)."""
+        fused = self.fused_attn and not (self.training and self.attn_drop.p > 0.0)
+        return attend(q, k, v, segments, self._attention, self.scale, fused)
 
     def forward(
         self,

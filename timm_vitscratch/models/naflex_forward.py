@@ -20,6 +20,7 @@ from . import naflex
 from .block import TransformerBlock
 from .layers import PatchDropout
 from .naflex_embeds import NaFlexEmbeds
+from .packed_kernels import check_packed_attention
 from .packing import PackedSegments, segments_of
 from .patch_embed import PatchEmbed
 from .position import PositionEncoding
@@ -53,6 +54,8 @@ class NaFlexForward(nn.Module):
     num_prefix_tokens: int
     patchify_channels_last: bool
     naflex_packed: bool
+    #: the kernel of packed attention (models/packed_kernels.py): ``set_packed_attention``
+    packed_attention: str = "auto"
 
     def _prefix_tokens(self) -> torch.Tensor | None:
         raise NotImplementedError
@@ -88,6 +91,14 @@ class NaFlexForward(nn.Module):
             dtype=weight.dtype,
             device=weight.device,
         )
+
+    @torch.jit.ignore
+    def set_packed_attention(self, kernel: str = "auto") -> None:
+        """The kernel packed NaFlex batches attend with: ``'auto'`` (by device, dtype and what is installed),
+        ``'segments'`` (one SDPA call per run of equal lengths), ``'flex'`` (FlexAttention, a block mask),
+        ``'varlen'`` (``torch.nn.attention.varlen``, CUDA half precision) or ``'flash'`` (flash-attn's varlen
+        functions); see models/packed_kernels.py and docs/native_resolution.md."""
+        self.packed_attention = check_packed_attention(kernel)
 
     @torch.compiler.disable  # reads the data (checks, dict entries): runs eagerly under torch.compile
     def _read_naflex(
@@ -175,7 +186,9 @@ class NaFlexForward(nn.Module):
         masks = None
         if batch.attn_mask is not None:
             masks = naflex.image_masks(batch.attn_mask, padded_index, lengths, prefix + seq)
-        return naflex.Packed(packed, segments_of(lengths, masks), padded_index, num_images, prefix + seq, rope)
+        return naflex.Packed(
+            packed, segments_of(lengths, masks, self.packed_attention), padded_index, num_images, prefix + seq, rope
+        )
 
     def _padded_rope(self, batch: NaFlexBatch) -> torch.Tensor | None:
         """(2, B, 1, prefix + N, head_dim) rotary terms of every slot of the padded layout (None without RoPE):

@@ -3,7 +3,8 @@
 A NaFlex batch pads every image to one length. Packed, the valid tokens of all images form one
 sequence of shape (1, L, D): linear layers, norms and MLPs run on real tokens only, and attention
 runs per image over that image's contiguous run (block-diagonal, never across images). A block and
-its attention take the runs as ``segments`` (a :class:`PackedSegments`), beside timm's ``attn_mask``.
+its attention take the runs as ``segments`` (a :class:`PackedSegments`), beside timm's ``attn_mask``;
+models/packed_kernels.py chooses the kernel that attends, :func:`segment_attention` being the one that runs everywhere.
 """
 
 # no ``from __future__ import annotations``: TorchScript reads PackedSegments' field types at run time
@@ -21,24 +22,34 @@ class PackedSegments:
 
     ``groups``: neighbouring runs of one length, as (length, count) pairs, which attend in one batched
     call. ``masks`` (optional, one per image) are the images' own attention masks, SDPA's convention.
+    ``kernel``: the packed-attention kernel asked for (models/packed_kernels.py), ``"auto"`` by default.
     A plain class with typed fields: TorchScript types a block's ``segments`` argument with it (always
     None there), and torch.compile passes it to :func:`attend` without guarding on the lengths.
     """
 
-    def __init__(self, lengths: list[int], groups: list[tuple[int, int]], masks: list[torch.Tensor] | None) -> None:
+    def __init__(
+        self,
+        lengths: list[int],
+        groups: list[tuple[int, int]],
+        masks: list[torch.Tensor] | None,
+        kernel: str = "auto",
+    ) -> None:
         self.lengths = lengths
         self.groups = groups
         self.masks = masks
+        self.kernel = kernel
 
 
-def segments_of(lengths: Sequence[int], masks: list[torch.Tensor] | None = None) -> PackedSegments:
-    """The segments of runs of ``lengths`` tokens (each image's mask, if any, in ``masks``)."""
+def segments_of(
+    lengths: Sequence[int], masks: list[torch.Tensor] | None = None, kernel: str = "auto"
+) -> PackedSegments:
+    """The segments of runs of ``lengths`` tokens (each image's mask, if any, in ``masks``), attending through
+    the packed-attention ``kernel`` (models/packed_kernels.py)."""
     groups = [(length, len(list(run))) for length, run in groupby(lengths)]
-    return PackedSegments(list(lengths), groups, masks)
+    return PackedSegments(list(lengths), groups, masks, kernel)
 
 
-@torch.compiler.disable  # per-image lengths are data: compiled code around it stays shape-generic
-def attend(
+def segment_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: PackedSegments, attention: AttentionFn
 ) -> torch.Tensor:
     """(1, heads, L, head_dim) q, k, v -> (1, heads, L, head_dim), each run attending to itself only.

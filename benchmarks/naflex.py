@@ -1,6 +1,7 @@
 """Native resolution: our packed NaFlex path against timm's padded NaFlexVit, in one process, as ratios.
 
     python benchmarks/naflex.py                      # measure, write benchmarks/results/naflex-<device>.json
+    python benchmarks/naflex.py --device cuda        # the same on a GPU: float32, then bfloat16 under autocast
     python benchmarks/naflex.py --render FILE.json   # print the table of a results file (no timing)
 
 A batch of 8 images of mixed sizes and aspect ratios is collated by timm's NaFlexCollator to 256 and
@@ -8,7 +9,9 @@ to 576 tokens, once with about 60 % padding (images of 32 to 576 patches) and on
 image exactly fills the sequence). All models hold the same weights (timm's NaFlexVit built from the
 classic ViT, or for ``eva02_s14`` from timm's EVA02 with its axial rotary position on a reference grid,
 with ``use_naflex=True``, loaded through its own checkpoint filter); ours runs packed (the default) and,
-as "ours padded", on timm's padded layout (``set_naflex_packed(False)``). Throughput counts
+as "ours padded", on timm's padded layout (``set_naflex_packed(False)``), and with each packed-attention kernel
+that runs on the device, dtype and measurement (``set_packed_attention``: segments, flex, varlen, flash; "ours" is
+``'auto'``, the kernel named in the results). Half precision runs under ``torch.autocast``. Throughput counts
 valid tokens only; ratios are ours/timm, the median of per-round ratios of interleaved rounds, and
 (best) the ratio of each model's fastest round, which background load disturbs least.
 """
@@ -27,6 +30,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from timm_vitscratch.models import packed_kernels
+from timm_vitscratch.models.packing import segments_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import result_records
@@ -62,8 +68,9 @@ def naflex_batch(
     return {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
 
-def build_models(variant: str, device: torch.device):
-    """Ours (packed), ours on timm's padded layout (``set_naflex_packed(False)``) and timm's NaFlexVit, one set of weights."""
+def build_models(variant: str, device: torch.device, kernels: Sequence[str] = ()):
+    """Ours (packed), ours on timm's padded layout (``set_naflex_packed(False)``), ours with each of ``kernels``
+    (``ours-<kernel>``) and timm's NaFlexVit, one set of weights."""
     import timm
     from timm.models.naflexvit import checkpoint_filter_fn
 
@@ -76,61 +83,93 @@ def build_models(variant: str, device: torch.device):
     theirs.load_state_dict(checkpoint_filter_fn(state, theirs))
     padded = copy.deepcopy(ours)
     padded.set_naflex_packed(False)
-    return {"ours": ours, "ours-padded": padded, "timm": theirs}
+    models = {"ours": ours, "ours-padded": padded, "timm": theirs}
+    for kernel in kernels:
+        models[f"ours-{kernel}"] = copy.deepcopy(ours)
+        models[f"ours-{kernel}"].set_packed_attention(kernel)
+    return models
+
+
+def runnable_kernels(
+    kernels: Sequence[str], device: torch.device, dtype: torch.dtype, kind: str
+) -> tuple[str, list[str]]:
+    """The kernel ``'auto'`` picks here, and those of ``kernels`` that run here (``kind`` 'train': with a backward)."""
+    probe = torch.empty(0, device=device, dtype=dtype)
+    needs_grad = kind == "train"
+    auto = packed_kernels.choose("auto", probe, segments_of([1]), True, needs_grad)
+    return auto, [k for k in kernels if packed_kernels.available(k, probe, needs_grad)]
 
 
 def measure(args, variant: str) -> list[dict[str, Any]]:
-    models = build_models(variant, args.device)
+    all_models = build_models(variant, args.device, args.kernels)
     records = []
-    for (seq_len, padding), grids in GRIDS.items():
+    for dtype_name, (seq_len, padding), kind in (
+        (d, key, k) for d in args.dtypes for key in GRIDS for k in ("infer", "train")
+    ):
+        grids = GRIDS[(seq_len, padding)]
         if seq_len not in args.seq_lens:
             continue
+        dtype = getattr(torch, dtype_name)
         batch = naflex_batch(grids, seq_len, args.device, VARIANTS[variant][2])
         valid = int(batch["patch_valid"].sum())
         labels = torch.arange(len(grids), device=args.device) % 1000
-        for kind in ("infer", "train"):
-            tasks = {}
-            for name, model in models.items():
-                if kind == "infer":
-                    model.eval()
+        auto, kernels = runnable_kernels(args.kernels, args.device, dtype, kind)
+        # the kernel 'auto' picks is measured once, as "ours"
+        models = {
+            n: m for n, m in all_models.items() if n[5:] not in args.kernels or (n[5:] in kernels and n[5:] != auto)
+        }
+        # half precision as mixed-precision code runs it: float32 weights, the layers' own dtypes under autocast
+        autocast = torch.autocast(args.device.type, dtype=dtype, enabled=dtype != torch.float32)
+        tasks = {}
+        for name, model in models.items():
+            if kind == "infer":
+                model.eval()
 
-                    def run(model=model, batch=batch):
-                        with torch.inference_mode():
-                            model(batch)
-                else:
-                    model.train()
-                    optimizer = make_optimizer(model)
+                def run(model=model, batch=batch, autocast=autocast):
+                    with torch.inference_mode(), autocast:
+                        model(batch)
+            else:
+                model.train()
+                optimizer = make_optimizer(model)
 
-                    def run(model=model, optimizer=optimizer, batch=batch, labels=labels):
-                        optimizer.zero_grad(set_to_none=True)
-                        F.cross_entropy(model(batch), labels).backward()
-                        optimizer.step()
+                def run(model=model, optimizer=optimizer, batch=batch, labels=labels, autocast=autocast):
+                    optimizer.zero_grad(set_to_none=True)
+                    with autocast:
+                        loss = F.cross_entropy(model(batch), labels)
+                    loss.backward()
+                    optimizer.step()
 
-                calls = calls_for(run, args.device, args.min_time)
-                tasks[name] = lambda run=run, calls=calls: timed(run, args.device, calls)
-            samples = interleave(tasks, args.repeats)
-            times = {name: samples[name]["time"] for name in tasks}
-            median = {name: valid / sorted(t)[len(t) // 2] for name, t in times.items()}
-            record = dict(
-                kind=kind,
-                variant=variant,
-                seq_len=seq_len,
-                padding=padding,
-                images=len(grids),
-                valid_tokens=valid,
-                padded_fraction=round(1 - valid / (len(grids) * seq_len), 3),
-                unit="valid tokens/s",
-                median=median,
-                ratio=paired_ratio(times["timm"], times["ours"]),
-                padded_ratio=paired_ratio(times["timm"], times["ours-padded"]),
-                samples=times,
-            )
-            _log(
-                f"{variant} {kind} seq {seq_len} padding {record['padded_fraction']:.0%}: "
-                f"ours {median['ours']:.0f} tok/s, ours-padded {median['ours-padded']:.0f} tok/s, timm {median['timm']:.0f} "
-                f"tok/s, ours/timm {record['ratio']:.3f}, ours-padded/timm {record['padded_ratio']:.3f}"
-            )
-            records.append(record)
+            calls = calls_for(run, args.device, args.min_time)
+            tasks[name] = lambda run=run, calls=calls: timed(run, args.device, calls)
+        samples = interleave(tasks, args.repeats)
+        times = {name: samples[name]["time"] for name in tasks}
+        median = {name: valid / sorted(t)[len(t) // 2] for name, t in times.items()}
+        record = dict(
+            kind=kind,
+            dtype=dtype_name,
+            variant=variant,
+            seq_len=seq_len,
+            padding=padding,
+            images=len(grids),
+            valid_tokens=valid,
+            padded_fraction=round(1 - valid / (len(grids) * seq_len), 3),
+            unit="valid tokens/s",
+            median=median,
+            ratio=paired_ratio(times["timm"], times["ours"]),
+            padded_ratio=paired_ratio(times["timm"], times["ours-padded"]),
+            auto_kernel=auto,
+            kernel_ratios={
+                k: paired_ratio(times["timm"], times["ours" if k == auto else f"ours-{k}"]) for k in kernels
+            },
+            samples=times,
+        )
+        _log(
+            f"{variant} {kind} {dtype_name} seq {seq_len} padding {record['padded_fraction']:.0%}: "
+            f"ours ({auto}) {median['ours']:.0f} tok/s, ours-padded {median['ours-padded']:.0f} tok/s, timm "
+            f"{median['timm']:.0f} tok/s, ours/timm {record['ratio']:.3f}, ours-padded/timm {record['padded_ratio']:.3f}"
+            + "".join(f", ours-{k}/timm {r:.3f}" for k, r in record["kernel_ratios"].items())
+        )
+        records.append(record)
     return records
 
 
@@ -152,6 +191,14 @@ def render(path: Path) -> str:
         "ours/timm (best)",
         "ours padded/timm",
     ]
+    # results with packed-attention kernels: the kernel 'auto' ran, and ours/timm with each kernel that ran
+    kernels = [
+        k for k in packed_kernels.PACKED_ATTENTION if any(k in r.get("kernel_ratios", {}) for r in data["records"])
+    ]
+    if kernels:
+        header[1:1] = ["precision"]
+        header[-1:-1] = ["ours kernel"]
+        header += [f"ours {k}/timm" for k in kernels]
     rows = [
         [
             TITLES[r["kind"]],
@@ -166,6 +213,12 @@ def render(path: Path) -> str:
         ]
         for r in data["records"]
     ]
+    if kernels:
+        for row, r in zip(rows, data["records"], strict=True):
+            ratios = r.get("kernel_ratios", {})
+            row[1:1] = [r.get("dtype", "float32")]
+            row[-1:-1] = [r.get("auto_kernel", "segments")]
+            row += [f"{ratios[k]:.2f}" if k in ratios else "-" for k in kernels]
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
     for cells in [header, ["-" * w for w in widths]] + rows:
         lines.append(
@@ -196,6 +249,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--seq-lens", nargs="+", type=int, default=lengths, choices=lengths, help="sequence lengths to measure"
     )
+    parser.add_argument(
+        "--kernels",
+        nargs="*",
+        default=list(packed_kernels.PACKED_ATTENTION[1:]),
+        choices=packed_kernels.PACKED_ATTENTION[1:],
+        help="packed-attention kernels measured beside 'auto' (those that run on the device, dtype and measurement)",
+    )
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="precisions (half ones under autocast); default float32, and bfloat16 too on CUDA",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds per measurement")
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds one timed sample lasts at least")
     parser.add_argument("--out", type=Path, default=HERE / "results", help="folder of the results file")
@@ -209,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         sys.stdout.write(render(args.render))
         return 0
+    if args.dtypes is None:
+        args.dtypes = ["float32", "bfloat16"] if args.device.type == "cuda" else ["float32"]
     torch.set_num_threads(args.threads)
     machine = result_records.machine_info(args)
     records = []

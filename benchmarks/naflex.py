@@ -120,7 +120,7 @@ def measure(args, variant: str) -> list[dict[str, Any]]:
         }
         # half precision as mixed-precision code runs it: float32 weights, the layers' own dtypes under autocast
         autocast = torch.autocast(args.device.type, dtype=dtype, enabled=dtype != torch.float32)
-        tasks = {}
+        tasks, failed = {}, {}
         for name, model in models.items():
             if kind == "infer":
                 model.eval()
@@ -139,8 +139,17 @@ def measure(args, variant: str) -> list[dict[str, Any]]:
                     loss.backward()
                     optimizer.step()
 
+            try:
+                run()  # the first call compiles (FlexAttention): not what sizes the samples
+            except Exception as error:  # a kernel this machine cannot run: said, and left out of the record
+                if name in ("ours", "ours-padded", "timm"):
+                    raise
+                failed[name[5:]] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                _log(f"{variant} {kind} {dtype_name} seq {seq_len}: {name} failed, left out ({failed[name[5:]]})")
+                continue
             calls = calls_for(run, args.device, args.min_time)
             tasks[name] = lambda run=run, calls=calls: timed(run, args.device, calls)
+        kernels = [k for k in kernels if k not in failed]
         samples = interleave(tasks, args.repeats)
         times = {name: samples[name]["time"] for name in tasks}
         median = {name: valid / sorted(t)[len(t) // 2] for name, t in times.items()}
@@ -158,6 +167,7 @@ def measure(args, variant: str) -> list[dict[str, Any]]:
             ratio=paired_ratio(times["timm"], times["ours"]),
             padded_ratio=paired_ratio(times["timm"], times["ours-padded"]),
             auto_kernel=auto,
+            failed_kernels=failed,
             kernel_ratios={
                 k: paired_ratio(times["timm"], times["ours" if k == auto else f"ours-{k}"]) for k in kernels
             },

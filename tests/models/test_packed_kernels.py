@@ -115,6 +115,23 @@ def test_compiled_model_with_each_kernel_equals_the_padded_path(family: str) -> 
         assert (got - padded).abs().max() <= TOLERANCE
 
 
+@pytest.mark.slow  # torch.compile
+def test_compiled_training_gradients_equal_the_padded_paths() -> None:
+    """A rotary family trained through the compiled model (``'auto'``: the segments kernel on CPU)."""
+    torch._dynamo.reset()
+    model = _model("eva02").train()
+    batch = _batch(model)
+    labels = torch.arange(len(GRIDS)) % 5
+    model.set_naflex_packed(False)
+    F.cross_entropy(model(batch), labels).backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    model.set_naflex_packed(True)
+    F.cross_entropy(torch.compile(model, backend="aot_eager")(batch), labels).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and torch.allclose(param.grad, expected[name], atol=TOLERANCE, rtol=1e-4), name
+
+
 def test_eager_attention_masks_and_dropout_take_the_segments_kernel_and_hooks_see_the_matrix() -> None:
     """Whatever was asked for: ``attn_drop`` of the eager attention fires with each image's matrix."""
     model = _model("vit")
@@ -132,6 +149,25 @@ def test_eager_attention_masks_and_dropout_take_the_segments_kernel_and_hooks_se
     assert choose("flex", q, plain, fused=False, needs_grad=False) == "segments"  # eager, or dropout in training
     masked = segments_of([3, 1], [torch.ones(1, 1, 3, 3, dtype=torch.bool), torch.ones(1, 1, 1, 1, dtype=torch.bool)])
     assert choose("flex", q, masked, fused=True, needs_grad=False) == "segments"
+
+
+def test_attention_dropout_in_training_takes_the_segments_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    name, options = FAMILIES["vit"]
+    model = cast(VisionTransformer, timm.create_model(name, num_classes=5, attn_drop_rate=0.1, **options))
+    model.set_packed_attention("flex")
+    one_call: list[str] = []
+    original = packed_kernels.attend_with
+
+    def counting(kernel: str, *args: Any) -> torch.Tensor:
+        one_call.append(kernel)
+        return original(kernel, *args)
+
+    monkeypatch.setattr(packed_kernels, "attend_with", counting)
+    with torch.no_grad():
+        model.train()(_batch(model))
+        assert one_call == []
+        model.eval()(_batch(model))  # no dropout in eval: FlexAttention
+    assert one_call == ["flex", "flex"]
 
 
 def _fake(device: str, dtype: torch.dtype) -> Any:

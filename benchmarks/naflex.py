@@ -142,14 +142,15 @@ def measure(args, variant: str) -> list[dict[str, Any]]:
             try:
                 run()  # the first call compiles (FlexAttention): not what sizes the samples
             except Exception as error:  # a kernel this machine cannot run: said, and left out of the record
-                if name in ("ours", "ours-padded", "timm"):
-                    raise
-                failed[name[5:]] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-                _log(f"{variant} {kind} {dtype_name} seq {seq_len}: {name} failed, left out ({failed[name[5:]]})")
+                failed[name] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+                _log(f"{variant} {kind} {dtype_name} seq {seq_len} {padding}: {name} failed ({failed[name]})")
                 continue
             calls = calls_for(run, args.device, args.min_time)
             tasks[name] = lambda run=run, calls=calls: timed(run, args.device, calls)
-        kernels = [k for k in kernels if k not in failed]
+        if {"ours", "ours-padded", "timm"} & failed.keys():  # no ratio to give: the failure is the result
+            args.failures.append(dict(kind=kind, dtype=dtype_name, variant=variant, seq_len=seq_len, failed=failed))
+            continue
+        kernels = [k for k in kernels if f"ours-{k}" not in failed]
         samples = interleave(tasks, args.repeats)
         times = {name: samples[name]["time"] for name in tasks}
         median = {name: valid / sorted(t)[len(t) // 2] for name, t in times.items()}
@@ -290,15 +291,18 @@ def main(argv: list[str] | None = None) -> int:
         args.dtypes = ["float32", "bfloat16"] if args.device.type == "cuda" else ["float32"]
     torch.set_num_threads(args.threads)
     machine = result_records.machine_info(args)
-    records = []
+    records, args.failures = [], []
     for variant in args.variants:
         records += measure(args, variant)
     machine["load_average_end"] = result_records.load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name or 'naflex-' + args.device.type}.json"
     temporary = path.with_suffix(".json.tmp")
-    settings = {k: str(v) for k, v in vars(args).items()}
-    temporary.write_text(json.dumps(dict(machine=machine, settings=settings, records=records), indent=2) + "\n")
+    settings = {k: str(v) for k, v in vars(args).items() if k != "failures"}
+    results = dict(machine=machine, settings=settings, records=records)
+    if args.failures:
+        results["failures"] = args.failures
+    temporary.write_text(json.dumps(results, indent=2) + "\n")
     os.replace(temporary, path)
     _log(f"wrote {path} ({time.strftime('%H:%M:%S')})")
     sys.stdout.write(render(path))

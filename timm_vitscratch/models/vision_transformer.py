@@ -577,6 +577,8 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
         patch_drop = self.patch_drop
         if patch_drop is not None:
             if rope is not None and self.training:
+                if torch.jit.is_scripting():
+                    raise RuntimeError("patch dropout with rotary position trains only unscripted, in eager mode")
                 x, rope = self._drop_patches_and_rope(x, rope)
             else:
                 x = patch_drop(x)
@@ -586,7 +588,7 @@ class VisionTransformer(NaFlexForward, Stem, Head, InitOrder):
     def _drop_patches_and_rope(self, x: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Patch dropout that keeps each kept patch's rotary terms: (2, B, 1, kept tokens, head_dim).
 
-        Unused by TorchScript (it compiles no isinstance of a module class): scripted, this raises instead."""
+        Unused by TorchScript (it compiles no isinstance of a module class): scripted, ``_embed`` raises instead."""
         patch_drop = self.patch_drop
         assert patch_drop is not None
         if not isinstance(patch_drop, PatchDropout):  # no dropout (rate 0): the Identity

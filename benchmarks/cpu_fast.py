@@ -206,11 +206,7 @@ def render(path: Path) -> str:
                     "-" if agree["largest_margin_changed"] is None else f"{agree['largest_margin_changed']:.1e}",
                 ]
             )
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for cells in [header, ["-" * w for w in widths], *rows]:
-        lines.append(
-            "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        )
+    lines += result_records.aligned_lines(header, rows, left=3)
     lines += [
         "",
         "top-2 gap: the gap between timm float32's two highest logits, its median over the images (timm float32 rows)",
@@ -262,11 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = result_records.load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name}.json"
-    temporary = path.with_suffix(".json.tmp")
     settings = {k: v if isinstance(v, int | float | list) else str(v) for k, v in vars(args).items()}
     data = dict(machine=machine, settings=settings, photographs=[p.name for p in photographs()], records=records)
-    temporary.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(temporary, path)
+    result_records.write_json(path, data)
     _log(f"wrote {path} ({time.strftime('%H:%M:%S')})")
     sys.stdout.write(render(path))
     return 0

@@ -158,11 +158,7 @@ def render(path: Path) -> str:
                 f"{r['max_abs_diff_fp32']:.1e}",
             ]
         )
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    for cells in [header, ["-" * w for w in widths]] + rows:
-        lines.append(
-            "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        )
+    lines += result_records.aligned_lines(header, rows, left=2)
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
@@ -214,10 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = result_records.load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name or 'dinov3-' + args.device.type}.json"
-    temporary = path.with_suffix(".json.tmp")
     settings = {k: str(v) for k, v in vars(args).items()}
-    temporary.write_text(json.dumps(dict(machine=machine, settings=settings, records=records), indent=2) + "\n")
-    os.replace(temporary, path)
+    result_records.write_json(path, dict(machine=machine, settings=settings, records=records))
     _log(f"wrote {path} ({time.strftime('%H:%M:%S')})")
     sys.stdout.write(render(path))
     return 0

@@ -350,11 +350,7 @@ def render(path: Path) -> str:
         best = f"{r['best_ratio']:.2f}" if "best_ratio" in r else ""
         values = [f"{r['median']['ours']:,.1f}", f"{r['median']['timm']:,.1f}", r["unit"], f"{r['ratio']:.2f}", best]
         rows.append([*start, TITLES[r["kind"]], *values])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for cells in [header, ["-" * w for w in widths], *rows]:
-        lines.append(
-            "  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        )
+    lines += result_records.aligned_lines(header, rows, left=4)
     diffs = [r["max_abs_diff_fp32"] for r in data["records"] if "max_abs_diff_fp32" in r]
     if diffs:
         lines += ["", f"max |ours - timm| of the fp32 logits, every pair: {max(diffs):.1e}"]
@@ -441,10 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = result_records.load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name or 'families-' + args.device.type}.json"
-    temporary = path.with_suffix(".json.tmp")
     settings = {k: v if isinstance(v, int | float | list) else str(v) for k, v in vars(args).items()}
-    temporary.write_text(json.dumps(dict(machine=machine, settings=settings, records=records), indent=2) + "\n")
-    os.replace(temporary, path)
+    result_records.write_json(path, dict(machine=machine, settings=settings, records=records))
     _log(f"wrote {path} ({time.strftime('%H:%M:%S')})")
     sys.stdout.write(render(path))
     return 0

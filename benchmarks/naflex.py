@@ -230,11 +230,7 @@ def render(path: Path) -> str:
             row[1:1] = [r.get("dtype", "float32")]
             row[-1:-1] = [r.get("auto_kernel", "segments")]
             row += [f"{ratios[k]:.2f}" if k in ratios else "-" for k in kernels]
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    for cells in [header, ["-" * w for w in widths]] + rows:
-        lines.append(
-            "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
-        )
+    lines += result_records.aligned_lines(header, rows, left=2)
     return "\n".join(lines) + "\n"
 
 
@@ -297,13 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = result_records.load_average()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name or 'naflex-' + args.device.type}.json"
-    temporary = path.with_suffix(".json.tmp")
     settings = {k: str(v) for k, v in vars(args).items() if k != "failures"}
     results = dict(machine=machine, settings=settings, records=records)
     if args.failures:
         results["failures"] = args.failures
-    temporary.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(temporary, path)
+    result_records.write_json(path, results)
     _log(f"wrote {path} ({time.strftime('%H:%M:%S')})")
     sys.stdout.write(render(path))
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from result_records import PEERS, TITLES, _extras, _format, table_rows
+from result_records import PEERS, TITLES, _extras, _format, aligned_lines, table_rows
 
 PEOPLE = ("ours", "timm", "torchvision")
 
@@ -49,14 +49,7 @@ def table(records: list[dict[str, Any]]) -> list[str]:
                     *(f"{ratio[n]:.3f}" if n in ratio else "—" for n in PEERS),
                 ]
             )
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
-        )
-
-    return [line(header), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    return aligned_lines(header, rows, left=2)
 
 
 def render(path: Path, kinds: Sequence[str] = (), notes: bool = False) -> str:

@@ -40,6 +40,26 @@ OPTION_LABELS = {
 PEERS = ("timm", "torchvision")
 
 
+def aligned_lines(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """A text table: each column as wide as its widest cell, the first ``left`` columns left-aligned and the
+    others right-aligned, a rule of dashes under the header."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        )
+
+    return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as ``path``, written under a temporary name and renamed (a stopped run leaves no half file)."""
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
 def _peers(contestants: Sequence[str]) -> list[str]:
     if "ours" not in contestants:
         return list(contestants[1:])

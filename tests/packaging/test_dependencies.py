@@ -23,6 +23,8 @@ SOURCES = [*sorted((PROJECT / "timm_vitscratch").rglob("*.py")), PROJECT / "timm
 SOURCES.append(PROJECT / "timm_vitscratch_autoload.py")
 #: imports the package makes only where an extra is installed: module -> the extra that brings it
 IN_EXTRAS = {"matplotlib": "plots", "PIL": "plots", "transformers": "transformers"}
+#: imports tried only where the user installed the package, never required: module -> what it serves
+WHEN_INSTALLED = {"flash_attn": "flash-attn's variable-length kernel, one choice of the packed attention on CUDA"}
 
 
 def _normalised(name: str) -> str:
@@ -60,7 +62,9 @@ def third_party_imports() -> dict[str, set[str]]:
 def test_dependencies_are_what_the_package_imports() -> None:
     providers = packages_distributions()
     imported = third_party_imports()
-    runtime = {_normalised(providers[module][0]) for module in imported if module not in IN_EXTRAS}
+    runtime = {
+        _normalised(providers[module][0]) for module in imported if module not in {**IN_EXTRAS, **WHEN_INSTALLED}
+    }
     assert _names(_project()["dependencies"]) == runtime
 
 
@@ -85,3 +89,12 @@ def test_developer_tools_are_in_dev_only() -> None:
     for name, requirements in extras.items():
         assert name == "dev" or not tools & _names(requirements), name
     assert "timm_vitscratch[plots,examples,transformers]" in extras["dev"]  # dev brings every extra
+
+
+def test_what_is_tried_when_installed_is_imported_in_one_place_and_required_nowhere() -> None:
+    imported = third_party_imports()
+    project = _project()
+    required = _names([*project["dependencies"], *(r for rs in project["optional-dependencies"].values() for r in rs)])
+    for module in WHEN_INSTALLED:
+        assert imported.get(module) == {"timm_vitscratch/models/packed_kernels.py"}, (module, imported.get(module))
+        assert _normalised(module) not in required and _normalised(module.replace("_", "-")) not in required

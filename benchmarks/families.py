@@ -221,13 +221,7 @@ def measure_memory(args: argparse.Namespace, family: str, size: str) -> dict[str
 
 def memory_child(args: argparse.Namespace) -> dict[str, Any]:
     """Peak memory of the second training step of one model (the first creates AdamW's state)."""
-    from step_memory import (
-        _live_tensors,
-        _profiled_peak,
-        _reset_rss_high_water_mark,
-        _rss_high_water_mark,
-        _storage_bytes,
-    )
+    from step_memory import step_peaks
     from timing import make_optimizer, training_step
 
     family, size = args.families[0], args.sizes[0]
@@ -239,22 +233,7 @@ def memory_child(args: argparse.Namespace) -> dict[str, Any]:
     step = training_step(model, optimizer, images, labels)
     step()
     result: dict[str, Any] = {"contestant": args.memory_child, "batch": args.train_batch}
-    if args.device.type == "cuda":
-        torch.cuda.synchronize(args.device)
-        torch.cuda.reset_peak_memory_stats(args.device)
-        step()
-        torch.cuda.synchronize(args.device)
-        result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated(args.device)
-        return result
-    gc.collect()
-    resting = _storage_bytes(_live_tensors(model, optimizer))
-    result["resting_bytes"] = resting
-    result["torch_peak_bytes"] = resting + _profiled_peak(step)
-    gc.collect()
-    if _reset_rss_high_water_mark():
-        step()
-        result["rss_peak_bytes"] = _rss_high_water_mark()
-    return result
+    return {**result, **step_peaks(step, model, optimizer, args.device)}
 
 
 def profile(args: argparse.Namespace, family: str, size: str, kind: str) -> str:

@@ -22,7 +22,7 @@ import gc
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -84,6 +84,27 @@ def _profiled_peak(step) -> int:
     return peak
 
 
+def step_peaks(
+    step: Callable[[], None], model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+) -> dict[str, int | None]:
+    """The peaks of one more ``step`` (after the one that created the optimizer state): CUDA's peak allocation on
+    a GPU; on the CPU the resting tensor bytes, the allocator's peak above them, and the process's peak RSS."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        return {"cuda_peak_bytes": torch.cuda.max_memory_allocated(device)}
+    gc.collect()
+    resting = _storage_bytes(_live_tensors(model, optimizer))
+    result: dict[str, int | None] = {"resting_bytes": resting, "torch_peak_bytes": resting + _profiled_peak(step)}
+    gc.collect()
+    if _reset_rss_high_water_mark():
+        step()
+        result["rss_peak_bytes"] = _rss_high_water_mark()
+    return result
+
+
 def measure(contestant: str, variant: str, batch: int, device_name: str) -> dict[str, object]:
     device = torch.device(device_name)
     torch.manual_seed(0)
@@ -94,22 +115,7 @@ def measure(contestant: str, variant: str, batch: int, device_name: str) -> dict
     step = training_step(model, optimizer, images, labels)
     step()  # creates the optimizer state
     result: dict[str, object] = {"contestant": contestant, "variant": variant, "batch": batch}
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        step()
-        torch.cuda.synchronize(device)
-        result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated(device)
-        return result
-    gc.collect()
-    resting = _storage_bytes(_live_tensors(model, optimizer))
-    result["resting_bytes"] = resting
-    result["torch_peak_bytes"] = resting + _profiled_peak(step)
-    gc.collect()
-    if _reset_rss_high_water_mark():
-        step()
-        result["rss_peak_bytes"] = _rss_high_water_mark()
-    return result
+    return {**result, **step_peaks(step, model, optimizer, device)}
 
 
 if __name__ == "__main__":
